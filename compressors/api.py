@@ -1,0 +1,183 @@
+"""The compressor plugin API: what a compressor is told, what it returns, what it may declare.
+
+A compressor turns one tensor into a *payload* (a tuple of tensors: codes, indices,
+scales...) and back. The payload is exactly what the runtime hands to the transport, so
+its tensors are what get counted as wire bytes; a plugin never reports its own size.
+
+One compressor *instance* is one side of one link: the runtime builds a sender instance
+and a receiver instance from the same spec and the same seed for every
+(boundary, role) pair, calls ``compress`` on the sender and ``decompress`` on the
+receiver. State kept in ``self`` is therefore per (boundary, role) and per side. Sender
+and receiver must stay consistent without extra traffic: anything random must come from
+``info.seed`` (identical on both sides), and a sender that tracks what the receiver
+reconstructed (EF21, AQ-SGD) recomputes it from its own payload.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterator, Mapping
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "TensorRole",
+    "TensorInfo",
+    "Payload",
+    "Compressor",
+    "CompressorError",
+    "payload_nbytes",
+    "check_finite",
+]
+
+Payload = tuple[Tensor, ...]
+"""What crosses the wire: a tuple of tensors. Only tensors; shapes may depend on data."""
+
+
+class CompressorError(ValueError):
+    """A compressor was misconfigured or misused. The message names the offender and the fix."""
+
+
+class TensorRole(str, enum.Enum):
+    """Which tensor a compressor is compressing (hivemind's TensorRole, plus weight grads)."""
+
+    ACTIVATION = "activation"  # forward, stage i -> stage i+1
+    ACTIVATION_GRAD = "activation_grad"  # backward, stage i+1 -> stage i
+    WEIGHT_GRAD = "weight_grad"  # data-parallel gradient reduction (one DDP bucket)
+
+
+@dataclass(frozen=True, eq=False)
+class TensorInfo:
+    """Everything a compressor is told about the tensor it handles. Identical on both sides.
+
+    Attributes:
+        role: activation, activation gradient or weight gradient.
+        boundary: pipeline boundary index (0 = between stage 0 and 1); for weight
+            gradients, the DDP bucket index.
+        microbatch: micro-batch index within the step (0 for weight gradients).
+        step: optimizer step, counted from 0. Negative for evaluation passes.
+        shape, dtype, device: of the uncompressed tensor (the receiver gets these too).
+        sample_ids: (B,) int64 data-set indices of the micro-batch's samples, on CPU, or
+            None for weight gradients. Both sides run the same data order, so these cost
+            no traffic. AQ-SGD keys its buffers on them.
+        seed: a seed shared by both sides for this (boundary, role, step, microbatch);
+            derive random indices / projections from it, never from global RNG state.
+        batch_input: the micro-batch's model input (e.g. token ids (B, T)), available to
+            every stage. Subspace projection uses it for the fixed token-embedding term.
+        training: False during evaluation passes (stateful compressors should not update
+            their state then).
+    """
+
+    role: TensorRole
+    boundary: int
+    microbatch: int
+    step: int
+    shape: torch.Size
+    dtype: torch.dtype
+    device: torch.device
+    sample_ids: Tensor | None = None
+    seed: int = 0
+    batch_input: Tensor | None = None
+    training: bool = True
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def raw_nbytes(self) -> int:
+        """Bytes of the uncompressed tensor."""
+        return self.numel * torch.empty((), dtype=self.dtype).element_size()
+
+    def generator(self, salt: int = 0) -> torch.Generator:
+        """A CPU generator seeded from ``seed`` (and ``salt``): the same on both sides."""
+        g = torch.Generator(device="cpu")
+        g.manual_seed((self.seed * 1_000_003 + salt) % (2**63 - 1))
+        return g
+
+
+def payload_nbytes(payload: Payload) -> int:
+    """Bytes a payload occupies on the wire (sum over its tensors, no headers)."""
+    return sum(t.numel() * t.element_size() for t in payload)
+
+
+def check_finite(x: Tensor, info: TensorInfo, name: str) -> None:
+    """Raise a clear error on NaN/Inf input. Compressors that scale by max() would otherwise
+    silently emit garbage. Documented behaviour: every built-in refuses non-finite input."""
+    if not bool(torch.isfinite(x).all()):
+        bad = int((~torch.isfinite(x)).sum())
+        raise CompressorError(
+            f"{name}: input {info.role.value} at boundary {info.boundary} step {info.step} has "
+            f"{bad} non-finite values (NaN/Inf); refusing to compress a diverged tensor"
+        )
+
+
+class Compressor:
+    """Base class of every compressor plugin.
+
+    Subclass it, implement ``compress`` and ``decompress``, and register with
+    ``@register("name")``. Constructor keyword arguments are the spec parameters:
+    ``quant(bits=4)`` calls ``Quant(bits=4)``. Validate them in ``__init__`` and raise
+    :class:`CompressorError` naming the parameter and its allowed values.
+
+    Class attributes a plugin may set:
+        roles: the roles it supports (the runtime refuses others at config load).
+        requires: model features it needs (e.g. ``{"residual_subspace"}``); a task that does
+            not provide them is refused before training.
+        differentiable: True if ``compress``/``decompress`` are differentiable and the
+            runtime should backpropagate through them (learned compressors). Then the
+            backward boundary carries the gradient of the payload's floating tensors,
+            not of the activation. False (default): straight-through, the backward
+            boundary carries the activation gradient, compressed by its own compressor.
+        linear: True if payloads of several senders can be summed elementwise and
+            decompressed once (sum of decompress == decompress of sum): data-parallel
+            reduction then uses all-reduce instead of all-gather.
+    """
+
+    name: ClassVar[str] = "?"  # set by @register
+    roles: ClassVar[frozenset[TensorRole]] = frozenset(TensorRole)
+    requires: ClassVar[frozenset[str]] = frozenset()
+    differentiable: ClassVar[bool] = False
+    linear: ClassVar[bool] = False
+
+    spec: str = ""  # the canonical spec string it was built from (set by the registry)
+
+    def compress(self, x: Tensor, info: TensorInfo) -> Payload:
+        """Encode ``x`` (shape ``info.shape``) into a payload of tensors."""
+        raise NotImplementedError
+
+    def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:
+        """Decode a payload into a tensor of ``info.shape``, ``info.dtype`` on ``info.device``."""
+        raise NotImplementedError
+
+    # --- optional hooks -------------------------------------------------------------
+    def parameters(self) -> Iterator[nn.Parameter]:
+        """Trainable parameters (learned compressors); the runtime optimizes them."""
+        for m in self.modules():
+            yield from m.parameters()
+
+    def modules(self) -> Iterator[nn.Module]:
+        """Sub-modules holding trainable parameters (moved to the stage's device)."""
+        return iter(())
+
+    def to(self, device: torch.device) -> "Compressor":
+        """Move parameters/state to ``device``. Default moves ``modules()``."""
+        for m in self.modules():
+            m.to(device)
+        return self
+
+    def bind(self, features: Mapping[str, Any]) -> None:
+        """Receive the model features named in ``requires`` (e.g. the residual subspace)."""
+
+    def reset(self) -> None:
+        """Forget all state (called between independent runs)."""
+
+    def state_nbytes(self) -> int:
+        """Memory held as state (for reporting; 0 for stateless compressors)."""
+        return 0
+
+    def __repr__(self) -> str:
+        return self.spec or f"{type(self).__name__}()"

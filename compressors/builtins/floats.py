@@ -1,0 +1,76 @@
+"""Low-precision float casts: fp16, bf16 and fp8 (e4m3 with a per-tensor scale).
+
+fp16/bf16: the mixed-precision cast used as the simplest activation compressor in
+pipeline training (Micikevicius et al. 2018, "Mixed Precision Training").
+fp8: the OCP 8-bit float format E4M3 (Micikevicius et al. 2022, "FP8 Formats for Deep
+Learning") with a per-tensor amax scale, as in Transformer Engine's delayed scaling
+(here: current scaling, the scale travels with the payload).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..api import Compressor, Payload, TensorInfo, check_finite
+from ..registry import register
+
+__all__ = ["FP16", "BF16", "FP8"]
+
+_E4M3_MAX = 448.0
+
+
+class _Cast(Compressor):
+    wire_dtype: torch.dtype
+
+    def compress(self, x: Tensor, info: TensorInfo) -> Payload:
+        check_finite(x, info, self.name)
+        return (x.to(self.wire_dtype).contiguous(),)
+
+    def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:
+        return payload[0].to(info.dtype)
+
+
+@register("fp16")
+class FP16(_Cast):
+    """Cast to IEEE half precision (2 bytes per value). Values beyond 65504 overflow to Inf,
+    so the input is checked for range and a clear error is raised instead."""
+
+    wire_dtype = torch.float16
+
+    def compress(self, x: Tensor, info: TensorInfo) -> Payload:
+        check_finite(x, info, self.name)
+        if x.numel() and float(x.detach().abs().max()) > 65504.0:
+            from ..api import CompressorError
+
+            raise CompressorError(
+                f"fp16: |x| exceeds 65504 at {info.role.value} boundary {info.boundary}; use bf16 or fp8"
+            )
+        return (x.to(torch.float16).contiguous(),)
+
+
+@register("bf16")
+class BF16(_Cast):
+    """Cast to bfloat16 (2 bytes per value, fp32 range, 8-bit mantissa)."""
+
+    wire_dtype = torch.bfloat16
+
+
+@register("fp8")
+class FP8(Compressor):
+    """FP8 E4M3 with a per-tensor scale: x / s is cast to float8_e4m3fn, s = amax / 448.
+
+    Payload: (codes uint8 viewed from float8, scale fp32 scalar) = 1 byte per value + 4.
+    """
+
+    def compress(self, x: Tensor, info: TensorInfo) -> Payload:
+        check_finite(x, info, self.name)
+        xf = x.detach().float() if not x.requires_grad else x.float()
+        amax = xf.abs().amax() if xf.numel() else xf.new_zeros(())
+        scale = torch.where(amax > 0, amax / _E4M3_MAX, torch.ones_like(amax)).reshape(1)
+        codes = (xf / scale).to(torch.float8_e4m3fn).view(torch.uint8)
+        return codes.contiguous(), scale.float()
+
+    def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:
+        codes, scale = payload
+        return (codes.view(torch.float8_e4m3fn).float() * scale).to(info.dtype).reshape(info.shape)

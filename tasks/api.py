@@ -1,0 +1,213 @@
+"""The task contract: what a task hands the pipeline runtime.
+
+A task is a model split into an ordered list of stage modules, its data (with per-sample
+ids), its optimizer and schedule, its metric, and a budget per tier. The runtime owns the
+training loop; the task owns everything that makes the numbers comparable.
+
+Stage calling convention (one tensor crosses every boundary)::
+
+    x = batch.inputs
+    for stage in stages:
+        x = stage(x, batch.inputs)     # every stage also sees the micro-batch's input
+    loss = task.loss(x, batch.targets)
+
+Every stage gets the micro-batch's model input as a second argument because every rank
+runs the same data loader (as Megatron's first and last stages do): BERT stages derive
+the attention mask from the token ids, and the subspace-constrained GPT adds its fixed
+token-embedding term. Nothing but the one activation tensor crosses a boundary.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Iterator, Mapping
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "TIERS",
+    "Batch",
+    "Metric",
+    "TierBudget",
+    "Task",
+    "TaskError",
+    "DataMissingError",
+    "default_data_dir",
+]
+
+TIERS = ("smoke", "quick", "full")
+
+
+class TaskError(ValueError):
+    """A task was misconfigured (unknown tier, unsupported stage count or feature)."""
+
+
+class DataMissingError(FileNotFoundError):
+    """The task's data is not where it was looked for; the message says where to put it."""
+
+
+def default_data_dir() -> Path:
+    """``$MPCBENCH_DATA_DIR``, else ``../shared/data`` next to the checkout if present, else ``~/.cache/mpcbench/data``."""
+    env = os.environ.get("MPCBENCH_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    shared = Path(__file__).resolve().parents[2] / "shared" / "data"
+    if shared.is_dir():
+        return shared
+    return Path.home() / ".cache" / "mpcbench" / "data"
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One (micro-)batch. ``inputs``: stage 0's input, e.g. images (B, 3, 32, 32) or token
+    ids (B, T); ``targets``: labels (B,) or next tokens (B, T); ``sample_ids``: (B,) int64
+    data-set indices (AQ-SGD keys on them)."""
+
+    inputs: Tensor
+    targets: Tensor
+    sample_ids: Tensor
+
+    def __len__(self) -> int:
+        return int(self.sample_ids.shape[0])
+
+    def split(self, n: int) -> list["Batch"]:
+        """Split into ``n`` equal micro-batches along dim 0 (batch size must divide)."""
+        if len(self) % n:
+            raise TaskError(f"batch of {len(self)} does not split into {n} equal micro-batches")
+        return [
+            Batch(i, t, s)
+            for i, t, s in zip(self.inputs.chunk(n), self.targets.chunk(n), self.sample_ids.chunk(n))
+        ]
+
+    def to(self, device: torch.device | str) -> "Batch":
+        return Batch(self.inputs.to(device), self.targets.to(device), self.sample_ids)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """The task's quality metric: e.g. ``Metric("accuracy", higher_is_better=True)``."""
+
+    name: str
+    higher_is_better: bool
+    unit: str = ""
+
+
+@dataclass(frozen=True)
+class TierBudget:
+    """How much work one cell does in a tier.
+
+    steps: optimizer steps; batch_size: samples per step (all micro-batches together, per
+    data-parallel replica); microbatches: M for the schedule; eval_every: steps between
+    evaluations (the curve); eval_samples: size of the evaluation subset (None = all);
+    train_samples: size of the training subset (None = all); target: the quality target for
+    time-to-target in this tier; lr: peak learning rate.
+    """
+
+    steps: int
+    batch_size: int
+    microbatches: int
+    eval_every: int
+    target: float
+    lr: float
+    eval_samples: int | None = None
+    train_samples: int | None = None
+    warmup_steps: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Task(abc.ABC):
+    """Base class of a task. Subclasses set the class attributes and implement the methods.
+
+    Constructed once per process (every rank builds the same task with the same seed).
+    """
+
+    name: ClassVar[str]
+    metric: ClassVar[Metric]
+    tiers: ClassVar[Mapping[str, TierBudget]]
+    default_stages: ClassVar[int]
+    stage_choices: ClassVar[tuple[int, ...]]
+    features: ClassVar[frozenset[str]] = frozenset()  # model features a compressor may require
+
+    def __init__(
+        self,
+        tier: str = "smoke",
+        seed: int = 0,
+        data_dir: str | Path | None = None,
+        features: frozenset[str] = frozenset(),
+    ) -> None:
+        if tier not in self.tiers:
+            raise TaskError(f"task {self.name!r}: unknown tier {tier!r}; valid tiers: {', '.join(self.tiers)}")
+        missing = set(features) - set(self.features)
+        if missing:
+            raise TaskError(
+                f"task {self.name!r} cannot provide model feature(s) {sorted(missing)} "
+                f"(it provides: {sorted(self.features) or 'none'}); choose another compressor or task"
+            )
+        self.tier = tier
+        self.budget = self.tiers[tier]
+        self.seed = seed
+        self.data_dir = Path(data_dir).expanduser() if data_dir else default_data_dir()
+        self.enabled_features = frozenset(features)
+
+    # --- model ------------------------------------------------------------------
+    @abc.abstractmethod
+    def build_stages(self, n_stages: int) -> list[nn.Module]:
+        """The model as ``n_stages`` modules, each ``forward(x, batch_input) -> Tensor``.
+
+        Deterministic given ``self.seed`` (parameters identical on every rank), on CPU.
+        """
+
+    def model_features(self, stages: list[nn.Module]) -> Mapping[str, Any]:
+        """Objects a compressor's ``bind`` receives for the features it ``requires``."""
+        return {}
+
+    @abc.abstractmethod
+    def loss(self, output: Tensor, targets: Tensor) -> Tensor:
+        """Mean loss of one micro-batch (a scalar); the runtime divides by M."""
+
+    @abc.abstractmethod
+    def metric_sums(self, output: Tensor, targets: Tensor) -> tuple[float, float]:
+        """(sum, count) of the metric over one evaluation micro-batch; metric = sum / count."""
+
+    # --- optimization ---------------------------------------------------------------
+    @abc.abstractmethod
+    def make_optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        """The optimizer for one stage's parameters (each stage optimizes its own)."""
+
+    def make_scheduler(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler | None:
+        """Learning-rate schedule over ``self.budget.steps`` (stepped once per step)."""
+        return None
+
+    # --- data ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def train_batches(self, dp_rank: int = 0, dp_size: int = 1) -> Iterator[Batch]:
+        """Exactly ``budget.steps`` training batches of ``budget.batch_size``, in a fixed
+        order from ``self.seed``; replica ``dp_rank`` of ``dp_size`` gets its own shard."""
+
+    @abc.abstractmethod
+    def eval_batches(self) -> Iterator[Batch]:
+        """The evaluation set (or ``budget.eval_samples`` of it), fixed order."""
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary (stored in every result's config)."""
+        b = self.budget
+        return {
+            "task": self.name,
+            "tier": self.tier,
+            "metric": self.metric.name,
+            "higher_is_better": self.metric.higher_is_better,
+            "steps": b.steps,
+            "batch_size": b.batch_size,
+            "microbatches": b.microbatches,
+            "eval_every": b.eval_every,
+            "target": b.target,
+            "lr": b.lr,
+            "train_samples": b.train_samples,
+            "eval_samples": b.eval_samples,
+            "features": sorted(self.enabled_features),
+            **{f"extra.{k}": v for k, v in b.extra.items()},
+        }
