@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterator, Mapping
+from typing import Any, Callable, ClassVar, Iterator, Mapping
 
 import torch
 from torch import Tensor, nn
@@ -171,6 +171,16 @@ class Compressor:
 
     def bind(self, features: Mapping[str, Any]) -> None:
         """Receive the model features named in ``requires`` (e.g. the residual subspace)."""
+
+    def reduce(self, x: Tensor, info: TensorInfo, all_reduce: Callable[[Tensor], Tensor]) -> Tensor | None:
+        """Optional custom data-parallel reduction of one gradient bucket ``x``.
+
+        ``all_reduce(t)`` sums ``t`` over replicas (the runtime counts its bytes) and returns
+        the sum. Return the *mean* gradient, or None to use the runtime's default (all-reduce
+        of payloads when ``linear``, else all-gather of payloads, decompress each, average).
+        Multi-round schemes such as PowerSGD's (all-reduce P, then Q) implement this.
+        """
+        return None
 
     def reset(self) -> None:
         """Forget all state (called between independent runs)."""
