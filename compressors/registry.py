@@ -105,7 +105,10 @@ def discover() -> dict[str, str]:
             _PLUGIN_ERRORS[ep.name] = f"plugin {ep.name!r} ({ep.value}) failed to import: {_one_line(e)}"
             continue
         if isinstance(obj, type) and issubclass(obj, Compressor) and obj not in _REGISTRY.values():
-            register(ep.name)(obj)
+            try:
+                register(ep.name)(obj)
+            except CompressorError as e:  # e.g. a name clash: report it, keep discovering
+                _PLUGIN_ERRORS[ep.name] = f"plugin {ep.name!r} ({ep.value}) not registered: {e}"
     return dict(_PLUGIN_ERRORS)
 
 

@@ -74,6 +74,10 @@ class RunResult:
     modeled: network profile name -> {"step_s", "total_s", "time_to_target_s" (None if the
         target was not reached), "comm_s_per_step"}.
     stage_times: per stage TimeSplit dicts (the max is in ``time``).
+    eval_bytes: evaluation traffic (not part of the benchmark's byte counts).
+    wire_bytes_by_step: "forward" / "backward" / "dp" / "b{i}.forward" ... -> wire bytes of each step.
+    timing_inputs: what the network model used (``suite.network.TimingInputs.to_dict``), so a
+        stored run can be re-modeled under other profiles.
     """
 
     final_metric: float
@@ -98,6 +102,9 @@ class RunResult:
     stage_times: list[dict[str, float]] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)  # training loss per step (equivalence tests)
     compressor_state_bytes: int = 0
+    eval_bytes: ByteCounts = field(default_factory=ByteCounts)
+    wire_bytes_by_step: dict[str, list[int]] = field(default_factory=dict)
+    timing_inputs: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,4 +116,6 @@ class RunResult:
         d["bytes"] = {k: ByteCounts(**v) for k, v in d["bytes"].items()}
         d["bytes_per_boundary"] = {k: ByteCounts(**v) for k, v in d["bytes_per_boundary"].items()}
         d["time"] = TimeSplit(**d["time"])
+        if isinstance(d.get("eval_bytes"), dict):
+            d["eval_bytes"] = ByteCounts(**d["eval_bytes"])
         return cls(**d)

@@ -20,7 +20,7 @@ class NoCompression(Compressor):
     linear = True
 
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:
-        return (x.contiguous(),)
+        return (x.detach().contiguous(),)
 
     def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:
         return payload[0]

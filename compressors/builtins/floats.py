@@ -25,7 +25,7 @@ class _Cast(Compressor):
 
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:
         check_finite(x, info, self.name)
-        return (x.to(self.wire_dtype).contiguous(),)
+        return (x.detach().to(self.wire_dtype).contiguous(),)
 
     def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:
         return payload[0].to(info.dtype)
@@ -46,7 +46,7 @@ class FP16(_Cast):
             raise CompressorError(
                 f"fp16: |x| exceeds 65504 at {info.role.value} boundary {info.boundary}; use bf16 or fp8"
             )
-        return (x.to(torch.float16).contiguous(),)
+        return (x.detach().to(torch.float16).contiguous(),)
 
 
 @register("bf16")
@@ -65,7 +65,7 @@ class FP8(Compressor):
 
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:
         check_finite(x, info, self.name)
-        xf = x.detach().float() if not x.requires_grad else x.float()
+        xf = x.detach().float()
         amax = xf.abs().amax() if xf.numel() else xf.new_zeros(())
         scale = torch.where(amax > 0, amax / _E4M3_MAX, torch.ones_like(amax)).reshape(1)
         codes = (xf / scale).to(torch.float8_e4m3fn).view(torch.uint8)

@@ -1,0 +1,174 @@
+"""Uniform quantization to 1..8 bits (``quant``) and QSGD (``qsgd``), both really bit-packed.
+
+``quant`` is min-max (asymmetric, zero-point) uniform quantization as used for
+activation compression in pipeline training, e.g. "GACT" (Liu et al. 2022) and
+"ActNN" (Chen et al. 2021, per-group min-max with stochastic rounding); blockwise scales
+follow Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization".
+``qsgd`` is QSGD (Alistarh et al. 2017, "QSGD: Communication-Efficient SGD via Gradient
+Quantization and Encoding"): per-bucket norm, sign and stochastically rounded level.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ..api import Compressor, CompressorError, Payload, TensorInfo
+from ..registry import check_choice, check_range, register
+from ._common import device_generator, matrix_shape, require_finite
+from .bitpack import pack, unpack
+
+__all__ = ["Quant", "QSGD"]
+
+_SCALES = ("tensor", "row", "block")
+_ROUNDINGS = ("nearest", "stochastic")
+_SALT_ROUNDING = 0x51  # separates the rounding noise stream from other uses of info.seed
+
+
+def _empty_like_info(info: TensorInfo) -> Tensor:
+    return torch.zeros(info.shape, dtype=info.dtype, device=info.device)
+
+
+@register("quant")
+class Quant(Compressor):
+    """Min-max uniform quantization to 1-8 bits, bit-packed (ActNN, Chen et al. 2021; GACT, Liu et al. 2022).
+
+    Each group of values (the whole tensor, a row, or a block) is mapped to
+    ``2**bits`` evenly spaced levels between its minimum ``lo`` and maximum ``hi``:
+    ``code = round((x - lo) / step)``, ``step = (hi - lo) / (2**bits - 1)``, decoded as
+    ``lo + code * step``. Asymmetric (not absmax) because post-ReLU/GELU activations are
+    skewed: a symmetric grid would waste half its levels. Rounding ``nearest`` has error at
+    most ``step / 2``; ``stochastic`` (noise from ``info.seed``, so reproducible) is
+    unbiased with error below ``step``.
+
+    Scale groups (``scale=``):
+        tensor: one ``(lo, step)`` pair for the tensor, sent as fp32.
+        row: one pair per row; a row is ``x[i, j]`` (all trailing dims) for rank >= 3, i.e.
+            per token for ``(B, T, d)`` and per sample-channel plane for ``(B, C, H, W)``;
+            per row for rank 2; the whole tensor for rank <= 1 (flat DDP buckets).
+        block: one pair per ``block`` consecutive values of the flattened tensor
+            (blockwise quantization, Dettmers et al. 2022).
+    Row and block scales travel as fp16 *relative to* one fp32 per-tensor magnitude
+    (``max |x|``), so fp16's range never clips tiny gradients; the sender quantizes against
+    the rounded scales, so the receiver reconstructs exactly what the sender computed.
+
+    Payload: tensor: ``(codes uint8, scales fp32 (1, 2))``;
+    row/block: ``(codes uint8, scales fp16 (groups, 2), magnitude fp32 (1,))``.
+    ``codes`` holds ``ceil(numel * bits / 8)`` bytes (two 4-bit or four 2-bit codes per byte).
+    """
+
+    def __init__(self, bits: int = 8, scale: str = "row", block: int = 64, rounding: str = "nearest"):
+        self.bits = check_range("quant", "bits", bits, 1, 8, integer=True)
+        self.scale = check_choice("quant", "scale", scale, _SCALES)
+        self.block = check_range("quant", "block", block, 2, 1 << 20, integer=True)
+        self.rounding = check_choice("quant", "rounding", rounding, _ROUNDINGS)
+        self.levels = (1 << self.bits) - 1
+
+    # (numel,) -> (groups, group_size); block mode pads the tail with zeros
+    def _groups(self, flat: Tensor, shape: torch.Size) -> Tensor:
+        if self.scale == "tensor":
+            return flat.view(1, -1)
+        if self.scale == "row":
+            return flat.view(*matrix_shape(shape))
+        pad = (-flat.numel()) % self.block
+        if pad:
+            flat = torch.nn.functional.pad(flat, (0, pad))
+        return flat.view(-1, self.block)
+
+    def compress(self, x: Tensor, info: TensorInfo) -> Payload:
+        n = x.numel()
+        if n == 0:
+            return (torch.empty(0, dtype=torch.uint8, device=x.device),)
+        g = self._groups(x.detach().reshape(-1).float(), x.shape)  # (G, S) fp32
+        lo, hi = torch.aminmax(g, dim=1)  # (G,) each; NaN/Inf propagate
+        require_finite(x, info, self.name, summary=lo + hi)
+        step = (hi - lo) / self.levels
+        if self.scale == "tensor":
+            scales = torch.stack([lo, step], dim=1)  # (1, 2) fp32
+            extra: tuple[Tensor, ...] = ()
+        else:
+            mag = torch.maximum(lo.abs().amax(), hi.abs().amax())
+            mag = torch.where(mag > 0, mag, torch.ones_like(mag)).reshape(1)  # (1,) fp32
+            scales = (torch.stack([lo, step], dim=1) / mag).to(torch.float16)  # (G, 2) fp16
+            extra = (mag,)
+            lo, step = (scales.float() * mag).unbind(1)  # what the receiver will use
+        safe_step = torch.where(step > 0, step, torch.ones_like(step))
+        t = (g - lo[:, None]) / safe_step[:, None]  # in [0, levels] up to scale rounding
+        if self.rounding == "nearest":
+            codes = torch.round(t)
+        else:
+            gen = device_generator(info, x.device, _SALT_ROUNDING)
+            codes = torch.floor(t + torch.rand(t.shape, generator=gen, device=t.device))
+        codes = codes.clamp_(0, self.levels).to(torch.uint8).reshape(-1)[:n]
+        return (pack(codes, self.bits), scales.contiguous(), *extra)
+
+    def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:
+        n = info.numel
+        if n == 0:
+            return _empty_like_info(info)
+        codes = unpack(payload[0], self.bits, n).float()
+        scales = payload[1].float()
+        if self.scale != "tensor":
+            scales = scales * payload[2]
+        lo, step = scales.unbind(1)  # (G,) each
+        g = self._groups(codes, info.shape)  # (G, S); block mode zero-pads the tail
+        x = torch.addcmul(lo[:, None], g, step[:, None])
+        return x.reshape(-1)[:n].reshape(info.shape).to(info.dtype)
+
+
+@register("qsgd")
+class QSGD(Compressor):
+    """QSGD (Alistarh et al. 2017): per-bucket L2 norm, sign and a stochastic level.
+
+    The flattened tensor is cut into buckets of ``bucket`` values (0: one bucket, the
+    paper's basic scheme; the paper's experiments bucket to cut variance). Each value
+    becomes ``norm * sign(v) * xi / levels`` where ``xi`` is ``|v| / norm * levels``
+    rounded stochastically to a neighbouring integer, so the estimate is unbiased with
+    variance at most ``min(d / levels**2, sqrt(d) / levels) * norm**2`` per bucket of ``d``
+    values. Sign and level are packed together as one code ``sign*xi + levels`` of
+    ``ceil(log2(2*levels + 1))`` bits (default 15 levels: 5 bits). Fixed-width codes
+    replace the paper's Elias coding (a GPU-friendly simplification).
+
+    Payload: ``(codes uint8, norms fp32 (buckets,))``.
+    """
+
+    def __init__(self, levels: int = 15, bucket: int = 128):
+        self.levels = check_range("qsgd", "levels", levels, 1, 127, integer=True)
+        self.bucket = check_range("qsgd", "bucket", bucket, 0, 1 << 24, integer=True)
+        if self.bucket == 1:
+            raise CompressorError("qsgd: parameter bucket=1 is not allowed; use 0 (whole tensor) or >= 2")
+        self.bits = math.ceil(math.log2(2 * self.levels + 1))
+
+    def _buckets(self, flat: Tensor) -> Tensor:
+        if self.bucket == 0:
+            return flat.view(1, -1)
+        pad = (-flat.numel()) % self.bucket
+        if pad:
+            flat = torch.nn.functional.pad(flat, (0, pad))
+        return flat.view(-1, self.bucket)
+
+    def compress(self, x: Tensor, info: TensorInfo) -> Payload:
+        n = x.numel()
+        if n == 0:
+            return (torch.empty(0, dtype=torch.uint8, device=x.device),)
+        v = self._buckets(x.detach().reshape(-1).float())  # (G, d)
+        norms = torch.linalg.vector_norm(v, dim=1)  # (G,)
+        require_finite(x, info, self.name, summary=norms)
+        safe = torch.where(norms > 0, norms, torch.ones_like(norms))
+        r = v.abs() / safe[:, None] * self.levels  # in [0, levels]
+        gen = device_generator(info, x.device, _SALT_ROUNDING)
+        xi = torch.floor(r + torch.rand(r.shape, generator=gen, device=r.device)).clamp_(0, self.levels)
+        codes = (torch.sign(v) * xi + self.levels).to(torch.uint8).reshape(-1)[:n]
+        return pack(codes, self.bits), norms
+
+    def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:
+        n = info.numel
+        if n == 0:
+            return _empty_like_info(info)
+        codes, norms = payload
+        level = unpack(codes, self.bits, n).float() - self.levels
+        level = self._buckets(level)  # (G, d), zero padded like the sender's
+        x = level * (norms / self.levels)[:, None]
+        return x.reshape(-1)[:n].reshape(info.shape).to(info.dtype)

@@ -1,0 +1,236 @@
+"""Run ONE cell in an isolated child process and turn what happened into a record.
+
+The child (``python -m suite.cell``) validates the config, imports the plugins, calls
+``suite.runtime.run(config)`` and writes the RunResult as JSON to a file. Everything else
+about it is untrusted: a plugin may raise, hang, segfault, call ``os._exit`` or make the
+runtime return garbage. The parent therefore
+
+- runs it in its own session (process group) with a time limit, and kills the whole group
+  (torchrun and its workers included) when the limit passes;
+- reads the result only from a complete file (written to a temp name, then renamed);
+- checks the result (finite metrics, sane byte counts) before calling the cell ``ok``;
+- turns every failure into a ONE-line reason (exception type and message, or exit code /
+  signal); the full traceback and the child's output go to ``<store>.logs/<cell>.log``.
+
+The child watches its parent: if the runner dies (even by SIGKILL) the child kills its own
+process group, so no orphaned training keeps running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .config import CellConfig
+from .matrix import PlannedCell
+from .record_builder import ResultError, build_record, check_result, failed_record
+from .result import RunResult
+
+__all__ = ["run_cell", "DEFAULT_RUNTIME", "log_path_for", "one_line"]
+
+DEFAULT_RUNTIME = "suite.runtime:run"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+KILL_GRACE_S = 5.0
+
+
+def one_line(e: BaseException) -> str:
+    """``"TypeError: message"`` on one line, at most ~500 characters."""
+    msg = " ".join(str(e).split())
+    text = f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
+def log_path_for(config: CellConfig, log_dir: Path) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9._=-]+", "_", config.cell_id)[:120]
+    return log_dir / f"{safe}-{config.key()}.log"
+
+
+def _signal_name(rc: int) -> str:
+    try:
+        return signal.Signals(-rc).name
+    except ValueError:
+        return f"signal {-rc}"
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the child's process group, then SIGKILL what is left after a grace period."""
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 30.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # grandchildren that outlived the child
+
+
+def run_cell(
+    cell: PlannedCell | CellConfig,
+    *,
+    log_dir: str | Path,
+    time_limit_s: float | None = None,
+    runtime: str = DEFAULT_RUNTIME,
+) -> dict[str, Any]:
+    """Run one cell in a child process; return its record (status ok, failed or timeout).
+
+    Never raises for anything the cell does (KeyboardInterrupt is passed on after the
+    child is killed). ``time_limit_s`` defaults to ``config.time_limit_s`` (None: no limit).
+    ``runtime`` is the ``module:function`` the child calls; only tests change it.
+    """
+    from .provenance import provenance
+
+    planned = cell if isinstance(cell, PlannedCell) else PlannedCell(cell)
+    config = planned.config
+    limit = time_limit_s if time_limit_s is not None else config.time_limit_s
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_path_for(config, log_dir)
+    log_ref = str(log)
+
+    if planned.error is not None:  # e.g. its plugin failed to import: fails without running
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"=== {_now()} {config.cell_id}: not run\n{planned.error}\n")
+        return failed_record(config, planned.error, provenance(config), log=log_ref)
+
+    with tempfile.TemporaryDirectory(prefix="mpcbench-cell-") as tmp:
+        cfg_file = Path(tmp) / "config.json"
+        out_file = Path(tmp) / "result.json"
+        cfg_file.write_text(json.dumps(config.to_dict()))
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
+        cmd = [sys.executable, "-m", "suite.cell", "--config", str(cfg_file), "--out", str(out_file), "--runtime", runtime]
+        t0 = time.perf_counter()
+        with open(log, "a", encoding="utf-8") as logf:
+            logf.write(f"=== {_now()} {config.cell_id} (key {config.key()}, limit {limit} s)\n")
+            logf.flush()
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True, env=env
+            )
+            timed_out = False
+            try:
+                proc.wait(timeout=limit)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(proc)
+            except BaseException:  # Ctrl-C / runner shutdown: leave nothing running
+                _kill_group(proc)
+                raise
+            else:
+                # the child is gone; make sure nothing it started survives it
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        wall = time.perf_counter() - t0
+        payload = None
+        if out_file.exists():
+            try:
+                payload = json.loads(out_file.read_text())
+            except ValueError as e:
+                payload = {"ok": False, "error": f"unreadable result file ({one_line(e)})"}
+
+    prov = (payload or {}).get("provenance") if isinstance(payload, dict) else None
+    if not isinstance(prov, dict):
+        prov = provenance(config)
+
+    def fail(reason: str, status: str = "failed") -> dict[str, Any]:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"=== {status}: {reason}\n")
+        return failed_record(config, reason, prov, status=status, wall_s=wall, log=log_ref)
+
+    if timed_out:
+        return fail(f"timeout: the cell ran longer than its time limit of {limit:g} s and was killed", "timeout")
+    if not isinstance(payload, dict):
+        rc = proc.returncode
+        if rc is not None and rc < 0:
+            return fail(f"cell process crashed with {_signal_name(rc)} (see {log.name})")
+        return fail(f"cell process exited with code {rc} without a result (see {log.name})")
+    if not payload.get("ok"):
+        return fail(str(payload.get("error") or "unknown error"))
+    try:
+        result = RunResult.from_dict(payload["result"])
+        check_result(result)
+    except ResultError as e:
+        return fail(f"invalid result: {e}")
+    except Exception as e:  # noqa: BLE001 - garbage from the runtime: malformed fields
+        return fail(f"invalid result: {one_line(e)}")
+    try:
+        return build_record(config, result, prov, wall_s=float(payload.get("wall_s", wall)), log=log_ref)
+    except Exception as e:  # noqa: BLE001 - e.g. a value the schema rejects
+        return fail(f"invalid result: {one_line(e)}")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# --------------------------------------------------------------------------- the child
+def _watch_parent() -> None:
+    """Kill our process group when the runner that started us goes away."""
+    parent = os.getppid()
+
+    def loop() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=loop, name="mpcbench-parent-watch", daemon=True).start()
+
+
+def _write(out: Path, payload: dict[str, Any]) -> None:
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, allow_nan=True, default=str))
+    os.replace(tmp, out)
+
+
+def _child(argv: list[str] | None = None) -> int:
+    import faulthandler
+    import importlib
+
+    faulthandler.enable()  # a segfault prints the Python stack into the cell's log
+    ap = argparse.ArgumentParser(prog="python -m suite.cell", description="run one mpcbench cell (internal)")
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--runtime", default=DEFAULT_RUNTIME)
+    args = ap.parse_args(argv)
+    _watch_parent()
+    out = Path(args.out)
+    prov: dict[str, Any] | None = None
+    try:
+        from .provenance import provenance
+
+        config = CellConfig.from_dict(json.loads(Path(args.config).read_text())).validate()
+        prov = provenance(config)
+        module, _, fn = args.runtime.partition(":")
+        run = getattr(importlib.import_module(module), fn or "run")
+        t0 = time.perf_counter()
+        result = run(config)
+        wall = time.perf_counter() - t0
+        if not isinstance(result, RunResult):
+            raise TypeError(f"{args.runtime} returned {type(result).__name__}, not a RunResult")
+        _write(out, {"ok": True, "result": result.to_dict(), "wall_s": wall, "provenance": prov})
+        return 0
+    except BaseException as e:  # noqa: BLE001 - SystemExit from a plugin is a failure too
+        traceback.print_exc()
+        sys.stderr.flush()
+        _write(out, {"ok": False, "error": one_line(e), "provenance": prov})
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(_child())

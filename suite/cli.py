@@ -1,0 +1,403 @@
+"""The ``mpcbench`` command: list, run, report, validate.
+
+    mpcbench list [compressors|tasks|tiers]
+    mpcbench run --tier quick                                  # the quick matrix
+    mpcbench run --task cifar10 --compressor "topk(ratio=0.1)" # one compressor (+ none baseline)
+    mpcbench run --task sst2 --forward "quant(bits=4)" --backward "quant(bits=8)" --seeds 3
+    mpcbench run --mode torchrun --task shakespeare --compressor fp8 --stages 4
+    mpcbench report --network 1Gbps
+    mpcbench validate results/store.jsonl    # or records/<entry>/, or a matrix .yaml
+
+Exit codes: 0 success; 1 a cell failed / a file has problems; 2 bad command line or config
+(one line on stderr, before any training); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+__all__ = ["main", "build_parser"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UsageError(Exception):
+    """A bad command line or configuration: printed as one line, exit code 2."""
+
+
+def _err(msg: str) -> None:
+    print(f"mpcbench: error: {msg}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------- list
+def _load_plugins(plugins: Sequence[str]) -> None:
+    from compressors.api import CompressorError
+    from compressors.registry import load_plugin
+
+    for p in plugins:
+        try:
+            load_plugin(p)
+        except CompressorError as e:
+            print(f"  ! {e}", file=sys.stderr)
+
+
+def _fmt_params(name: str) -> str:
+    """``ratio=0.1, inner=<required>`` from the constructor signature (None defaults shown as none)."""
+    import inspect
+
+    from compressors.registry import get_class
+
+    parts = []
+    for p in inspect.signature(get_class(name).__init__).parameters.values():
+        if p.name == "self" or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        if p.default is inspect.Parameter.empty:
+            parts.append(f"{p.name}=<required>")
+        else:
+            v = p.default
+            parts.append(f"{p.name}={'none' if v is None else str(v).lower() if isinstance(v, bool) else v}")
+    return ", ".join(parts) or "(no parameters)"
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    _load_plugins(args.plugin)
+    what = args.what or ["compressors", "tasks", "tiers"]
+    for w in what:
+        {"compressors": _list_compressors, "tasks": _list_tasks, "tiers": _list_tiers}[w](args)
+    return EXIT_OK
+
+
+def _list_compressors(args: argparse.Namespace) -> None:
+    from compressors.registry import available, describe, plugin_errors
+
+    names = available()
+    print(f"compressors ({len(names)}):")
+    for n in names:
+        d = describe(n)
+        origin = "" if d["module"].startswith("compressors.builtins") else f"  [plugin: {d['module']}]"
+        print(f"  {n:<10} {d['summary']}{origin}")
+        print(f"  {'':<10}   params: {_fmt_params(n)}")
+        req = f"; requires: {', '.join(d['requires'])}" if d["requires"] else ""
+        flags = [f for f in ("linear", "differentiable") if d[f]]
+        print(f"  {'':<10}   roles: {', '.join(d['roles'])}{req}{'; ' + ', '.join(flags) if flags else ''}")
+    broken = plugin_errors()
+    if broken:
+        print(f"broken plugins ({len(broken)}), not usable until fixed:")
+        for name, err in sorted(broken.items()):
+            print(f"  {name:<10} {err}")
+    print()
+
+
+def _list_tasks(args: argparse.Namespace) -> None:
+    from tasks import available_tasks, get_task_class
+
+    names = available_tasks()
+    print(f"tasks ({len(names)}):")
+    for n in names:
+        try:
+            cls = get_task_class(n)
+        except Exception as e:  # noqa: BLE001 - one broken task must not hide the others
+            print(f"  {n:<12} ! cannot load: {type(e).__name__}: {' '.join(str(e).split())}")
+            continue
+        metric = f"{cls.metric.name} ({'higher' if cls.metric.higher_is_better else 'lower'} is better)"
+        doc = (cls.__doc__ or "").strip().splitlines()
+        print(f"  {n:<12} {doc[0] if doc else ''}")
+        print(f"  {'':<12}   metric: {metric}; stages: {cls.default_stages} (choices {', '.join(map(str, cls.stage_choices))})"
+              + (f"; features: {', '.join(sorted(cls.features))}" if cls.features else ""))  # fmt: skip
+        budgets = "; ".join(
+            f"{t}: {b.steps} steps x {b.batch_size}, target {b.target:g}" for t, b in cls.tiers.items()
+        )
+        print(f"  {'':<12}   tiers: {budgets}")
+    print()
+
+
+def _list_tiers(args: argparse.Namespace) -> None:
+    from .matrix import load_matrix
+
+    m = load_matrix(args.matrix)
+    print(f"tiers ({m.source}):")
+    for t in m.tiers.values():
+        seeds = ",".join(map(str, t.seeds))
+        print(f"  {t.name:<6} {len(t.tasks)} tasks x {len(t.entries)} compressor entries x {len(t.seeds)} seed(s) "
+              f"(seeds {seeds}); cell time limit {t.cell_timeout_s:g} s")  # fmt: skip
+        if t.description:
+            print(f"  {'':<6} {t.description}")
+        print(f"  {'':<6} tasks: {', '.join(t.tasks)}")
+        print(f"  {'':<6} compressors: {', '.join(e.plan.label for e in t.entries)}")
+    print()
+
+
+# --------------------------------------------------------------------------- run
+def _selection(args: argparse.Namespace):
+    from .matrix import Selection, parse_seeds
+
+    def absolute(p: str) -> str:
+        return str(Path(p).resolve()) if (p.endswith(".py") or "/" in p) else p
+
+    return Selection(
+        tier=args.tier,
+        tasks=tuple(args.task),
+        compressors=tuple(args.compressor),
+        forward=args.forward,
+        backward=args.backward,
+        dp=args.dp,
+        seeds=parse_seeds(args.seeds, "--seeds") if args.seeds is not None else None,
+        mode=args.mode,
+        device=args.device,
+        stages=args.stages,
+        dp_size=args.dp_size,
+        schedule=args.schedule,
+        microbatches=args.microbatches,
+        steps=args.steps,
+        plugins=tuple(absolute(p) for p in args.plugin),
+        data_dir=str(Path(args.data_dir).resolve()) if args.data_dir else None,
+        cell_timeout_s=args.cell_timeout,
+        baseline=not args.no_baseline,
+        matrix_path=args.matrix,
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .matrix import plan_cells
+    from .runner import run_cells
+    from .store import ResultsStore
+
+    cells = plan_cells(_selection(args))
+    store = ResultsStore(args.results)
+    runnable = [c for c in cells if c.runnable]
+    done = store.done_keys()
+    todo = [c for c in runnable if c.config.key() not in done]
+    print(
+        f"mpcbench: tier {args.tier}: {len(cells)} cells ({len(todo)} to run, {len(runnable) - len(todo)} already in "
+        f"store, {len(cells) - len(runnable)} not applicable or broken) -> {store.path}",
+        file=sys.stderr,
+    )
+    if args.dry_run:
+        for c in cells:
+            state = c.skip or (f"broken: {c.error}" if c.error else ("already in store" if c.config.key() in done else "to run"))
+            print(f"{c.test_id}  [{c.config.key()}]  {state}")
+        return EXIT_OK
+    outcomes = run_cells(cells, store, progress=not args.no_progress)
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    print("mpcbench: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + f"; store: {store.path}", file=sys.stderr)
+    bad = [o for o in outcomes if o.status in ("failed", "timeout")]
+    for o in bad:
+        print(f"  {o.status}: {o.cell.test_id}: {o.reason}", file=sys.stderr)
+    if bad:
+        print(f"  logs: {store.log_dir}", file=sys.stderr)
+    return EXIT_FAILED if bad else EXIT_OK
+
+
+# --------------------------------------------------------------------------- report
+def _load_for_report(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[str]]:
+    from leaderboard.submissions import load_all
+
+    stores = [p for p in args.results if Path(p).exists()]
+    missing = [p for p in args.results if not Path(p).exists()]
+    records, problems = load_all(stores=stores, records_dirs=args.records)
+    msgs = [str(p) for p in problems] + [f"{p}: no such results file" for p in missing if not args.records]
+    return records, msgs
+
+
+def _default_network(frame) -> str | None:
+    from leaderboard.ranking import network_profiles
+
+    profiles = network_profiles(frame)
+    if not profiles:
+        return None
+    return "1Gbps" if "1Gbps" in profiles else profiles[len(profiles) // 2]
+
+
+def _markdown(df) -> str:
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in df.astype(str).itertuples(index=False):
+        lines.append("| " + " | ".join(v.replace("|", "\\|") for v in row) + " |")
+    return "\n".join(lines)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from leaderboard.ranking import RULES, aggregate, display_table, network_profiles, rank, to_frame
+
+    records, problems = _load_for_report(args)
+    for p in problems:
+        print(f"skipped: {p}", file=sys.stderr)
+    frame = to_frame(records)
+    if args.task:
+        frame = frame[frame["task"].isin(args.task)]
+    if args.tier:
+        frame = frame[frame["tier"].isin(args.tier)]
+    if frame.empty:
+        print("no records to report (run `mpcbench run --tier quick` first)", file=sys.stderr)
+        return EXIT_FAILED
+    profiles = network_profiles(frame)
+    network = args.network or _default_network(frame)
+    if args.network and args.network not in profiles:
+        raise UsageError(f"unknown network profile {args.network!r}; valid: {', '.join(profiles) or '(none in these records)'}")
+    agg = aggregate(frame)
+    try:
+        ranked = rank(agg, args.rule, min_ratio=args.min_ratio, network=network, direction=args.direction)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.format == "csv":
+        ranked.drop(columns=[c for c in ranked.columns if ranked[c].map(lambda v: isinstance(v, (list, dict))).any()]).to_csv(
+            sys.stdout, index=False
+        )
+        return EXIT_OK
+    print(f"ranking: {RULES[args.rule].title}" + (f" (network {network})" if network else ""))
+    with pd.option_context("display.max_columns", None, "display.width", 250, "display.max_colwidth", 60):
+        for (task, tier), g in ranked.groupby(["task", "tier"], sort=True):
+            table = display_table(g, network=network, direction=args.direction)
+            n_seeds = sorted({int(n) for n in g["n"]})
+            print(f"\n== {task} / {tier}  (metric: {g['metric_name'].iloc[0] or '?'}; seeds per entry: "
+                  f"{', '.join(map(str, n_seeds))}) ==")  # fmt: skip
+            if args.format == "markdown":
+                print(_markdown(table))
+            else:
+                print(table.to_string(index=False))
+    failed = frame[(frame["status"] != "ok") & frame["latest"]]
+    if len(failed):
+        print(f"\n{len(failed)} failed cell(s) (latest record per cell):")
+        for r in failed.itertuples(index=False):
+            print(f"  {r.status}: {r.cell_id}: {r.error}")
+    print("\nsignificance: Welch's t-test vs the 'none' baseline over seeds (* p<0.05, ** p<0.01, *** p<0.001); "
+          "'n too small' with fewer than 2 seeds on either side (run with --seeds 3)")  # fmt: skip
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- validate
+def cmd_validate(args: argparse.Namespace) -> int:
+    bad = 0
+    for raw in args.path:
+        path = Path(raw)
+        if path.suffix in (".yaml", ".yml") and path.name != "entry.yaml":
+            problems, n = _validate_matrix(path)
+            what = "matrix"
+        elif path.is_dir():
+            from leaderboard.submissions import load_entries, load_entry
+
+            if (path / "entry.yaml").exists() or not any(p.is_dir() for p in path.iterdir()):
+                records, probs = load_entry(path)
+            else:  # a records/ root: every entry in it
+                records, probs = load_entries(path)
+            problems, n, what = [str(p) for p in probs], len(records), "records"
+        elif path.exists():
+            from .store import read_jsonl
+
+            records, problems = read_jsonl(path)
+            problems = [f"{path}: {p}" for p in problems]
+            n, what = len(records), "records"
+        else:
+            problems, n, what = [f"{path}: no such file or folder"], 0, "records"
+        for p in problems:
+            print(p)
+        bad += len(problems)
+        state = "OK" if not problems else f"{len(problems)} problem(s)"
+        print(f"{raw}: {state}; {n} valid {what}", file=sys.stderr)
+    return EXIT_FAILED if bad else EXIT_OK
+
+
+def _validate_matrix(path: Path) -> tuple[list[str], int]:
+    from .matrix import MatrixError, Selection, load_matrix, plan_cells
+
+    try:
+        m = load_matrix(path)
+    except MatrixError as e:
+        return [str(e)], 0
+    problems, n = [], 0
+    for name in m.tiers:
+        try:
+            n += len(plan_cells(Selection(tier=name, matrix_path=str(path)), m))
+        except MatrixError as e:
+            problems.append(f"{path}: {e}")
+    return problems, n
+
+
+# --------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="mpcbench",
+        description="Benchmark compressors of activations and gradients in pipeline- and data-parallel training.",
+    )
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{list,run,report,validate}")
+
+    p = sub.add_parser("list", help="list compressors, tasks and tiers")
+    p.add_argument("what", nargs="*", choices=["compressors", "tasks", "tiers"], help="what to list (default: all)")
+    p.add_argument("--plugin", action="append", default=[], help="plugin module or .py file to import first (repeatable)")
+    p.add_argument("--matrix", default=None, help="matrix YAML (default suite/matrix.yaml)")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("run", help="run one cell or a matrix into the results store")
+    p.add_argument("--tier", default="smoke", help="smoke, quick or full (default smoke)")
+    p.add_argument("--task", action="append", default=[], help="only this task (repeatable; default: the tier's)")
+    p.add_argument("--compressor", action="append", default=[], help="spec used forward and backward (repeatable); "
+                   "replaces the tier's compressor list (the 'none' baseline is added)")  # fmt: skip
+    p.add_argument("--forward", default=None, help="forward (activation) spec, with --backward for an asymmetric plan")
+    p.add_argument("--backward", default=None, help="backward (activation-gradient) spec")
+    p.add_argument("--dp", default=None, help="data-parallel gradient spec (needs --dp-size >= 2)")
+    p.add_argument("--seeds", default=None, help="seed count (3 = 0,1,2), list (0,4) or range (2:5); default: the tier's")
+    p.add_argument("--mode", default="single", choices=["single", "torchrun"], help="one process, or one per stage via torchrun")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
+    p.add_argument("--stages", type=int, default=None, help="pipeline stages (default: the task's)")
+    p.add_argument("--dp-size", type=int, default=None, help="data-parallel replicas")
+    p.add_argument("--schedule", default=None, choices=["gpipe", "1f1b"])
+    p.add_argument("--microbatches", type=int, default=None)
+    p.add_argument("--steps", type=int, default=None, help="override the tier's step count")
+    p.add_argument("--results", default="results/store.jsonl", help="results store (default results/store.jsonl)")
+    p.add_argument("--plugin", action="append", default=[], help="plugin module or .py file (repeatable)")
+    p.add_argument("--data-dir", default=None, help="data directory (default $MPCBENCH_DATA_DIR, else ../shared/data)")
+    p.add_argument("--cell-timeout", type=float, default=None, help="per-cell time limit in seconds (default: the tier's)")
+    p.add_argument("--no-baseline", action="store_true", help="with --compressor/--forward: do not add the 'none' baseline")
+    p.add_argument("--matrix", default=None, help="matrix YAML (default suite/matrix.yaml)")
+    p.add_argument("--dry-run", action="store_true", help="list the cells and their state, run nothing")
+    p.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("report", help="ranked table per task and tier")
+    p.add_argument("--results", action="append", default=None, help="results store(s) (default results/store.jsonl)")
+    p.add_argument("--records", action="append", default=[], help="also read submissions from this records/ folder")
+    p.add_argument("--task", action="append", default=[])
+    p.add_argument("--tier", action="append", default=[])
+    p.add_argument("--network", default=None, help="network profile for modeled time-to-target (default 1Gbps)")
+    p.add_argument("--rule", default="quality_at_ratio", choices=["quality_at_ratio", "time_to_target", "pareto"])
+    p.add_argument("--min-ratio", type=float, default=None, help="with quality_at_ratio: rank only entries compressing at least this much")
+    p.add_argument("--direction", default="total", choices=["forward", "backward", "dp", "total"])
+    p.add_argument("--format", default="text", choices=["text", "markdown", "csv"])
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("validate", help="check results files, records/<entry>/ folders or a matrix YAML")
+    p.add_argument("path", nargs="+")
+    p.set_defaults(func=cmd_validate)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from compressors.api import CompressorError
+
+    from .config import ConfigError
+    from .store import StoreError
+
+    args = build_parser().parse_args(argv)
+    if getattr(args, "results", "") is None:
+        args.results = ["results/store.jsonl"]
+    try:
+        return args.func(args)
+    except (UsageError, ConfigError, CompressorError, StoreError) as e:
+        _err(" ".join(str(e).split()))
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        _err("interrupted; the store holds every cell finished so far (rerun to resume)")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

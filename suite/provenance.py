@@ -1,0 +1,151 @@
+"""Provenance stored with every record: code version, plugin source hashes, machine.
+
+Like MLPerf's and pytest-benchmark's machine info: enough to tell later whether two
+numbers are comparable. Everything degrades to ``None`` rather than failing (no git, no
+``/proc``, no GPU).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .config import CellConfig
+
+__all__ = ["provenance", "git_info", "machine_info", "plugin_hashes", "mpcbench_version", "REPO_ROOT"]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), *args],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+@functools.lru_cache(maxsize=1)
+def git_info() -> dict[str, Any]:
+    """``{"git_commit": sha or None, "git_dirty": bool or None}`` of the mpcbench checkout.
+
+    Dirty means tracked files differ from the commit or untracked, non-ignored files exist
+    (a new plugin file counts). No git, or not a checkout (installed from a wheel): None.
+    """
+    commit = _git("rev-parse", "HEAD")
+    if not commit:
+        return {"git_commit": None, "git_dirty": None}
+    status = _git("status", "--porcelain", "--untracked-files=normal")
+    return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
+
+
+@functools.lru_cache(maxsize=1)
+def mpcbench_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("mpcbench")
+    except Exception:  # noqa: BLE001 - not installed (running from a bare checkout)
+        return None
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    return line.split(":", 1)[1].strip() or None
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+@functools.lru_cache(maxsize=1)
+def machine_info() -> dict[str, Any]:
+    """CPU model and cores, GPU model (None without CUDA), torch/CUDA/Python versions, OS, host."""
+    import torch
+
+    gpu = None
+    gpu_count = 0
+    try:
+        if torch.cuda.is_available():
+            gpu_count = torch.cuda.device_count()
+            gpu = torch.cuda.get_device_name(0)
+    except Exception:  # noqa: BLE001 - a broken driver must not break provenance
+        gpu = None
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = None
+    return {
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": affinity,
+        "gpu": gpu,
+        "gpu_count": gpu_count,
+        "torch": torch.__version__.split("+")[0],
+        "torch_build": torch.__version__,
+        "cuda": torch.version.cuda if gpu else None,
+        "cuda_build": torch.version.cuda,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+    }
+
+
+def _file_hash(path: str) -> str | None:
+    """sha256 (first 16 hex) of a plugin file's text, newlines normalized (as the leaderboard checks)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return None
+    try:
+        data = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n").encode()
+    except UnicodeDecodeError:
+        pass
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def plugin_hashes(config: CellConfig) -> dict[str, str | None]:
+    """Source hash of every compressor spec the cell uses (``compressors.source_hash``) and of
+    every plugin file or module it loads (``plugin:<name>``). Unhashable: None."""
+    from compressors.registry import source_hash
+
+    out: dict[str, str | None] = {}
+    for spec in sorted(set(config.plan.all_specs())):
+        try:
+            out[spec] = source_hash(spec)
+        except Exception:  # noqa: BLE001 - an unknown spec is reported by the cell, not here
+            out[spec] = None
+    for p in config.plugins:
+        if p.endswith(".py") or "/" in p:
+            out[f"plugin:{p}"] = _file_hash(p)
+        else:
+            mod = sys.modules.get(p)
+            f = getattr(mod, "__file__", None)
+            out[f"plugin:{p}"] = _file_hash(f) if f else None
+    return out
+
+
+def provenance(config: CellConfig) -> dict[str, Any]:
+    """The ``provenance`` block of a record."""
+    return {
+        **git_info(),
+        "mpcbench_version": mpcbench_version(),
+        "plugin_hashes": plugin_hashes(config),
+        "machine": machine_info(),
+        "argv": " ".join(sys.argv)[:1000],
+    }

@@ -1,0 +1,51 @@
+"""The runtime's entry point: ``run(config) -> RunResult`` for one cell.
+
+``mode="single"``: every stage in this process on one device, connected by a
+``LocalTransport`` that frames and counts messages exactly as the distributed transport
+does (same compressor instances per end, same bytes). ``mode="torchrun"``: one process per
+(stage, replica) under ``torch.distributed.run`` (see ``suite.launch``).
+
+Errors: an invalid config raises ``ConfigError`` before anything runs; a failed torchrun
+job raises ``RunError`` (``RunTimeout`` past ``time_limit_s``) with one line naming the
+failing rank; in single mode the original exception propagates (e.g. ``CompressorError``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from .accounting import ByteMeter
+from .config import CellConfig, ConfigError
+from .errors import RunError, RunTimeout
+from .result import RunResult
+from .summary import summarize
+from .trainer import Placement, resolve_device, train
+from .transport import LocalTransport
+
+__all__ = ["run", "run_single", "RunError", "RunTimeout"]
+
+
+def run(config: CellConfig) -> RunResult:
+    """Validate ``config`` and train the cell it describes; return what was measured."""
+    cfg = config.validate()
+    if cfg.mode == "single":
+        return run_single(cfg)
+    from .launch import launch
+
+    return launch(cfg)
+
+
+def run_single(cfg: CellConfig) -> RunResult:
+    """All stages in this process (``cfg`` already validated)."""
+    if cfg.dp != 1:
+        raise ConfigError(f"dp={cfg.dp} needs mode=torchrun (one process per stage and replica); single mode runs dp=1")
+    device = resolve_device(cfg.device)
+    meter = ByteMeter()
+    transport = LocalTransport(meter, device)
+    S = cfg.n_stages
+    deadline = time.perf_counter() + cfg.time_limit_s if cfg.time_limit_s else None
+    report = train(cfg, Placement(tuple(range(S)), S), device, transport, deadline=deadline)
+    if transport.pending():
+        raise RuntimeError(f"{transport.pending()} messages were sent but never received (schedule bug)")
+    report["meter"] = meter.to_list()
+    return summarize(cfg, [report])

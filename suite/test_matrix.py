@@ -1,0 +1,39 @@
+"""The benchmark matrix as pytest tests: ``pytest suite --tier quick``.
+
+One test per cell (parametrized by ``suite.pytest_plugin``). A cell
+
+- is skipped when its compressor does not apply to the task (reason given), or when the
+  results store already holds an ``ok`` record with the same cell key ("already in store":
+  rerunning an interrupted matrix finishes only the missing cells);
+- otherwise runs in an isolated child process (``suite.cell.run_cell``) timed by
+  pytest-benchmark (one round, one iteration: a training run is not a microbenchmark), and
+  its record is appended to the store whatever happened;
+- fails if the run failed, timed out, or produced non-finite metrics, with the one-line
+  reason from the record.
+
+Quality, bytes and modeled times go into ``benchmark.extra_info`` so ``--benchmark-json``
+carries everything the store has for the cell.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from suite.cell import run_cell
+from suite.runner import ALREADY_IN_STORE, summarize_record
+
+
+def test_cell(mpcbench_cell, mpcbench_store, benchmark) -> None:
+    cell = mpcbench_cell
+    if cell.skip is not None:
+        pytest.skip(cell.skip)
+    if cell.config.key() in mpcbench_store.done_keys():
+        pytest.skip(ALREADY_IN_STORE)
+    benchmark.extra_info["cell_id"] = cell.config.cell_id
+    record = benchmark.pedantic(
+        run_cell, args=(cell,), kwargs={"log_dir": mpcbench_store.log_dir}, rounds=1, iterations=1, warmup_rounds=0
+    )
+    mpcbench_store.append(record)
+    benchmark.extra_info.update(summarize_record(record))
+    if record["status"] != "ok":
+        pytest.fail(f"{record['status']}: {record['error']}", pytrace=False)

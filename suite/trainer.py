@@ -1,0 +1,320 @@
+"""The training loop of one process: build the stages it owns, train, evaluate, report.
+
+Reads top to bottom: task -> stages (+ boundary ends, DDP) -> optimizers -> for each step:
+split the batch into M micro-batches, run the schedule's actions, step the optimizers,
+evaluate every ``eval_every`` steps -> a JSON-able report. The same code runs all stages
+in one process (``LocalTransport``, the executor interleaves the stages' action lists) or
+one stage per process under torchrun (``DistTransport``, each process runs its own list
+with blocking receives). ``suite.summary`` merges the reports into a RunResult.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import torch
+
+from compressors.api import TensorRole
+from compressors.registry import Spec, get_class, parse_spec
+from tasks import Batch, build_task
+
+from .accounting import ByteMeter
+from .boundary import Micro, ReceiverEnd, SenderEnd
+from .config import ROLE_OF_DIRECTION, CellConfig, CompressionPlan, ConfigError
+from .errors import RunTimeout
+from .schedules import Action, get_schedule
+from .stage import Stage
+from .timing import Clock
+from .transport import DistTransport, LocalTransport, Transport
+
+__all__ = ["Placement", "train", "required_features", "check_plan", "resolve_device"]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which stages this process runs, in which data-parallel replica."""
+
+    stages: tuple[int, ...]
+    n_stages: int
+    dp_rank: int = 0
+    dp_size: int = 1
+    distributed: bool = False
+
+    def rank(self, stage: int) -> int:
+        """Transport address of ``stage`` in this replica (global rank under torchrun)."""
+        return self.dp_rank * self.n_stages + stage if self.distributed else stage
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """``cpu`` / ``cuda`` / ``auto`` -> a device (one GPU per local rank)."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError("device=cuda but no CUDA device is available; use device=cpu or auto")
+        if local_rank >= torch.cuda.device_count():
+            raise ConfigError(
+                f"local rank {local_rank} needs GPU {local_rank} but only {torch.cuda.device_count()} are visible"
+            )
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def _spec_names(spec: str) -> list[str]:
+    out, todo = [], [parse_spec(spec)]
+    while todo:
+        s = todo.pop()
+        out.append(s.name)
+        todo += [v for v in list(s.args) + [v for _, v in s.kwargs] if isinstance(v, Spec)]
+    return out
+
+
+def required_features(plan: CompressionPlan) -> frozenset[str]:
+    """Union of ``requires`` over every compressor the plan uses (nested specs included)."""
+    return frozenset(f for spec in plan.all_specs() for n in _spec_names(spec) for f in get_class(n).requires)
+
+
+def check_plan(plan: CompressionPlan, n_stages: int, dp: int) -> None:
+    """Refuse compressors used in a role they do not declare (one-line ConfigError)."""
+    uses = [(d, b) for b in range(n_stages - 1) for d in ("forward", "backward")]
+    if dp > 1:
+        uses.append(("dp", 0))
+    for direction, b in uses:
+        spec = plan.spec_for(direction, b)
+        cls = get_class(parse_spec(spec).name)
+        role = ROLE_OF_DIRECTION[direction]
+        if role not in cls.roles:
+            hint = " (e.g. backward: none)" if role == TensorRole.ACTIVATION_GRAD else ""
+            raise ConfigError(
+                f"{direction} compressor {spec!r} does not support role {role.value} "
+                f"(it supports: {', '.join(sorted(r.value for r in cls.roles))}); choose another {direction} spec{hint}"
+            )
+
+
+def train(
+    config: CellConfig,
+    placement: Placement,
+    device: torch.device,
+    transport: Transport,
+    dp_groups: dict[int, Any] | None = None,
+    deadline: float | None = None,
+) -> dict[str, Any]:
+    """Train the stages in ``placement`` for the configured steps; return this process's report."""
+    cfg = config
+    S = placement.n_stages
+    check_plan(cfg.plan, S, placement.dp_size)
+
+    # --- task, budget, model (identical on every rank) -----------------------------------------
+    task = build_task(cfg.task, cfg.tier, seed=cfg.seed, data_dir=cfg.data_dir, features=required_features(cfg.plan))
+    if cfg.steps is not None:
+        task.budget = replace(task.budget, steps=cfg.steps)
+    budget = task.budget
+    M = cfg.microbatches or budget.microbatches
+    if budget.batch_size % M:
+        raise ConfigError(f"batch size {budget.batch_size} does not split into microbatches={M}; pick a divisor")
+    torch.manual_seed(cfg.seed)
+    modules = task.build_stages(S)
+    if len(modules) != S:
+        raise ConfigError(f"task {cfg.task!r} built {len(modules)} stages, expected {S}")
+    features = task.model_features(modules)
+    meter = transport.meter
+
+    # --- stages this process owns --------------------------------------------------------------
+    stages: dict[int, Stage] = {}
+    hooks = []
+    for s in placement.stages:
+        clock = Clock(device)
+
+        def end(cls, b: int, peer_stage: int):
+            e = cls(b, cfg.plan.spec_for("forward", b), cfg.plan.spec_for("backward", b), transport,
+                    placement.rank(peer_stage), device, cfg.seed, clock)  # fmt: skip
+            for c in e.compressors():
+                c.bind(features)
+                c.to(device)
+            return e
+
+        module = modules[s].to(device)
+        train_module, sync = module, None
+        if placement.dp_size > 1:
+            from .data_parallel import CompressedReduce, wrap_stage
+
+            assert dp_groups is not None
+            hook = CompressedReduce(cfg.plan.dp, s, dp_groups[s], meter, clock, cfg.seed, features)
+            train_module, sync = wrap_stage(module, dp_groups[s], device, hook)
+            hooks.append(hook)
+        stage = Stage(
+            s, S, module, task, device, clock, M, cfg.seed,
+            upstream=end(ReceiverEnd, s - 1, s - 1) if s > 0 else None,
+            downstream=end(SenderEnd, s, s + 1) if s < S - 1 else None,
+            train_module=train_module, sync=sync,
+        )  # fmt: skip
+        stage.optimizer = task.make_optimizer(stage.parameters())
+        stage.scheduler = task.make_scheduler(stage.optimizer)
+        stages[s] = stage
+    last = stages.get(S - 1)
+
+    # --- training ---------------------------------------------------------------------------------
+    actions = get_schedule(cfg.schedule, S, M)
+    report: dict[str, Any] = {"losses": [], "curve": [], "step_walls": [], "eval_s": 0.0}
+    eval_every = max(1, budget.eval_every)
+    done = 0
+    for step, batch in enumerate(task.train_batches(placement.dp_rank, placement.dp_size)):
+        if step >= budget.steps:
+            break
+        if deadline is not None and time.perf_counter() > deadline:
+            raise RunTimeout(f"run exceeded time_limit_s={cfg.time_limit_s} after {step} steps")
+        t0 = time.perf_counter()
+        meter.step = step
+        compressed = step >= cfg.compress_warmup_steps
+        for h in hooks:
+            h.step, h.compressed = step, compressed
+        mbs = batch.to(device).split(M)
+        micros = [Micro(step, m, mb.sample_ids, mb.inputs, True, compressed) for m, mb in enumerate(mbs)]
+
+        def run(s: int, a: Action) -> None:
+            if a.kind == "F":
+                stages[s].forward(a.microbatch, mbs[a.microbatch], micros[a.microbatch])
+            else:
+                stages[s].backward(a.microbatch, micros[a.microbatch])
+
+        execute({s: actions[s] for s in stages}, run, transport, placement)
+        for st in stages.values():
+            st.finish_step()
+        transport.flush()
+        wall = time.perf_counter() - t0
+        for st in stages.values():
+            st.clock.snapshot(wall)
+        report["step_walls"].append(wall)
+        if last is not None:
+            report["losses"].append(last.take_loss())
+        done = step + 1
+        if done % eval_every == 0 or done == budget.steps:
+            t_eval = time.perf_counter()
+            point = evaluate(cfg, task, stages, transport, placement, device, meter, done, dp_groups)
+            report["eval_s"] += time.perf_counter() - t_eval
+            if point is not None:
+                report["curve"].append(point)
+    if done < budget.steps:
+        raise ConfigError(f"task {cfg.task!r} yielded only {done} training batches, expected {budget.steps}")
+
+    report.update(
+        rank=placement.rank(placement.stages[0]),
+        dp_rank=placement.dp_rank,
+        stages=list(stages),
+        device=str(device),
+        steps=budget.steps,
+        microbatches=M,
+        clocks={str(s): st.clock.steps for s, st in stages.items()},
+        compressor_state_bytes=sum(
+            c.state_nbytes() for st in stages.values() for c in st.compressors() + [c for h in hooks for c in h.compressors()]
+        ),
+        task=task.describe(),
+    )
+    return report
+
+
+def execute(
+    plan: dict[int, list[Action]],
+    run: Callable[[int, Action], None],
+    transport: Transport,
+    placement: Placement,
+) -> None:
+    """Run every local stage's action list in order.
+
+    Under torchrun there is one local stage and receives block. In one process the stages
+    are interleaved: each pass runs at most one ready action per stage (an action is ready
+    when the message it receives is queued), which keeps queues short.
+    """
+    S = placement.n_stages
+    pos = {s: 0 for s in plan}
+    local = isinstance(transport, LocalTransport)
+
+    def ready(s: int, a: Action) -> bool:
+        if not local:
+            return True
+        transport.rank = placement.rank(s)
+        if a.kind == "F" and s > 0:
+            return transport.ready(placement.rank(s - 1))
+        if a.kind == "B" and s < S - 1:
+            return transport.ready(placement.rank(s + 1))
+        return True
+
+    remaining = sum(len(v) for v in plan.values())
+    while remaining:
+        progressed = False
+        for s in sorted(plan):
+            if pos[s] < len(plan[s]) and ready(s, plan[s][pos[s]]):
+                if local:
+                    transport.rank = placement.rank(s)
+                run(s, plan[s][pos[s]])
+                pos[s] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise RuntimeError(f"pipeline schedule cannot progress at positions {pos} (schedule bug)")
+
+
+def evaluate(
+    cfg: CellConfig,
+    task,
+    stages: dict[int, Stage],
+    transport: Transport,
+    placement: Placement,
+    device: torch.device,
+    meter: ByteMeter,
+    done: int,
+    dp_groups: dict[int, Any] | None,
+) -> dict[str, Any] | None:
+    """Metric after ``done`` steps, with compression and (optionally) without.
+
+    Evaluation batches are sharded over data-parallel replicas; the last stage's (sum,
+    count) are summed over replicas. Returns the curve point on the last stage, else None.
+    """
+    S = placement.n_stages
+    forward_specs = {cfg.plan.spec_for("forward", b) for b in range(S - 1)}
+    modes = [True]
+    if cfg.eval_uncompressed and forward_specs - {"none"}:
+        modes.append(False)
+    for st in stages.values():
+        st.module.eval()
+    meter.evaluating = True
+    results: dict[bool, float] = {}
+    try:
+        for compressed in modes:
+            sums = torch.zeros(2, dtype=torch.float64)
+            for i, batch in enumerate(task.eval_batches()):
+                if i % placement.dp_size != placement.dp_rank:
+                    continue
+                batch = batch.to(device)
+                micro = Micro(-done, i, batch.sample_ids, batch.inputs, False, compressed)
+                for s in sorted(stages):
+                    if isinstance(transport, LocalTransport):
+                        transport.rank = placement.rank(s)
+                    r = stages[s].eval_forward(batch, micro)
+                    if r is not None:
+                        sums += torch.tensor(r, dtype=torch.float64)
+                if isinstance(transport, DistTransport):
+                    transport.trim()
+            transport.flush()
+            if S - 1 in stages and placement.dp_size > 1:
+                assert dp_groups is not None
+                import torch.distributed as dist
+
+                t = sums.to(device)
+                dist.all_reduce(t, group=dp_groups[S - 1])
+                meter.record("dp.metric", 0, t.numel() * t.element_size())
+                sums = t.cpu()
+            if S - 1 in stages:
+                results[compressed] = float(sums[0] / sums[1]) if sums[1] > 0 else float("nan")
+    finally:
+        meter.evaluating = False
+        for st in stages.values():
+            st.module.train()
+            st.clock.discard()
+    if S - 1 not in stages or placement.dp_rank != 0:
+        return None
+    metric = results[True]
+    uncompressed = None if not cfg.eval_uncompressed else results.get(False, metric)
+    return {"step": done, "metric": metric, "metric_uncompressed": uncompressed}

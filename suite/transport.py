@@ -1,0 +1,231 @@
+"""Moving payloads between stages: one framed message per payload, bytes counted as sent.
+
+A payload (a tuple of tensors of any dtype and data-dependent shape) is framed into one
+contiguous uint8 buffer::
+
+    header (int32):  orig_dtype, orig_ndim, orig_dims...,      # the uncompressed tensor
+                     n_tensors, (dtype, ndim, dims...) * n      # the payload's tensors
+    body:            the payload tensors' bytes, concatenated
+
+and sent as two tensors: an 8-byte int64 length prefix, then the buffer. The receiver
+needs nothing else (variable-size payloads such as threshold sparsification just work).
+The wire bytes of a message are exactly the sizes of those two tensors; the transport
+records them in the :class:`~suite.accounting.ByteMeter` at the moment it hands them to
+the backend. A message is one transfer for the network model's per-message latency.
+
+:class:`DistTransport` uses ``torch.distributed.isend`` / ``recv`` (gloo on CPU, NCCL on
+GPU): sends are asynchronous (kept alive until :meth:`flush`) and receives block with the
+process group's timeout, so a dead or stalled peer becomes an error, not a hang.
+:class:`LocalTransport` runs the very same framing between stages of one process.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from compressors.api import Payload
+
+from .accounting import ByteMeter
+
+__all__ = ["TransportError", "Transport", "LocalTransport", "DistTransport", "frame", "unframe", "PREFIX_NBYTES"]
+
+PREFIX_NBYTES = 8
+_DTYPES: list[torch.dtype] = [
+    torch.float32, torch.float16, torch.bfloat16, torch.float64,
+    torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool,
+    torch.float8_e4m3fn, torch.float8_e5m2, torch.complex64, torch.complex128,
+]  # fmt: skip
+for _name in ("uint16", "uint32", "uint64", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"):
+    if hasattr(torch, _name):
+        _DTYPES.append(getattr(torch, _name))
+_CODE = {d: i for i, d in enumerate(_DTYPES)}
+_INT32_MAX = 2**31 - 1
+
+
+class TransportError(RuntimeError):
+    """A message could not be framed, sent or received (the message names the link)."""
+
+
+def _describe(dtype: torch.dtype, shape: Sequence[int]) -> list[int]:
+    if dtype not in _CODE:
+        raise TransportError(f"cannot send tensors of dtype {dtype}; supported: {', '.join(map(str, _DTYPES))}")
+    if any(d > _INT32_MAX for d in shape):
+        raise TransportError(f"dimension of shape {tuple(shape)} exceeds int32 in the message header")
+    return [_CODE[dtype], len(shape), *shape]
+
+
+def frame(payload: Payload, shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> Tensor:
+    """Frame ``payload`` (standing for a tensor of ``shape``/``dtype``) into one uint8 buffer."""
+    if not isinstance(payload, tuple) or not all(isinstance(t, Tensor) for t in payload):
+        raise TransportError(f"a payload must be a tuple of tensors, got {type(payload).__name__}")
+    header = _describe(dtype, shape) + [len(payload)]
+    for t in payload:
+        header += _describe(t.dtype, t.shape)
+    parts = [torch.tensor(header, dtype=torch.int32).view(torch.uint8).to(device)]
+    for t in payload:
+        t = t.detach().contiguous().reshape(-1)
+        parts.append(t.view(torch.uint8).to(device))
+    return torch.cat(parts) if len(parts) > 1 else parts[0].clone()
+
+
+def unframe(buf: Tensor) -> tuple[Payload, torch.Size, torch.dtype]:
+    """Inverse of :func:`frame`: (payload, original shape, original dtype)."""
+    head = buf[:256].cpu()  # headers are short: parse a CPU copy of the start
+    pos = 0
+
+    def ints(n: int) -> list[int]:
+        nonlocal pos, head
+        if 4 * (pos + n) > head.numel():
+            if 4 * (pos + n) > buf.numel():
+                raise TransportError(f"malformed message: header runs past the {buf.numel()}-byte buffer")
+            head = buf[: 8 * (pos + n)].cpu()
+        vals = head[4 * pos : 4 * (pos + n)].clone().view(torch.int32).tolist()
+        pos += n
+        return vals
+
+    def desc() -> tuple[torch.dtype, torch.Size]:
+        code, ndim = ints(2)
+        return _DTYPES[code], torch.Size(ints(ndim))
+
+    odtype, oshape = desc()
+    (n,) = ints(1)
+    metas = [desc() for _ in range(n)]
+    off = 4 * pos
+    out = []
+    for dt, shp in metas:
+        nbytes = math.prod(shp) * torch.empty((), dtype=dt).element_size()
+        out.append(buf[off : off + nbytes].clone().view(dt).reshape(shp))
+        off += nbytes
+    if off != buf.numel():
+        raise TransportError(f"malformed message: header describes {off} bytes, buffer has {buf.numel()}")
+    return tuple(out), oshape, odtype
+
+
+class Transport:
+    """Sends framed payloads to peers; records wire bytes in ``meter``.
+
+    Peers are addressed by rank (global rank under torchrun; stage index in one process).
+    """
+
+    def __init__(self, meter: ByteMeter, device: torch.device) -> None:
+        self.meter = meter
+        self.device = device
+
+    def send(
+        self,
+        payload: Payload,
+        dst: int,
+        *,
+        key: str,
+        shape: Sequence[int],
+        dtype: torch.dtype,
+        raw_nbytes: int | None = None,
+    ) -> int:
+        """Frame and send; ``key`` names the link for accounting, ``shape``/``dtype`` the
+        uncompressed tensor (its size is the raw bytes unless ``raw_nbytes`` is given).
+        Returns the wire bytes."""
+        buf = frame(payload, shape, dtype, self.device)
+        prefix = torch.tensor([buf.numel()], dtype=torch.int64, device=self.device)
+        self._send_tensors(dst, (prefix, buf))
+        wire = prefix.numel() * prefix.element_size() + buf.numel()
+        raw = math.prod(shape) * torch.empty((), dtype=dtype).element_size() if raw_nbytes is None else raw_nbytes
+        self.meter.record(key, raw, wire)
+        return wire
+
+    def recv(self, src: int) -> tuple[Payload, torch.Size, torch.dtype]:
+        """The next message from ``src``: (payload, original shape, original dtype)."""
+        return unframe(self._recv_buffer(src))
+
+    def ready(self, src: int) -> bool:
+        """Whether a ``recv(src)`` would return without waiting for a peer in this process."""
+        return True
+
+    def flush(self) -> None:
+        """Wait until every send issued so far has completed."""
+
+    def _send_tensors(self, dst: int, tensors: tuple[Tensor, Tensor]) -> None:
+        raise NotImplementedError
+
+    def _recv_buffer(self, src: int) -> Tensor:
+        raise NotImplementedError
+
+
+class LocalTransport(Transport):
+    """All stages in one process: messages wait in a FIFO per (src, dst) pair.
+
+    ``rank`` is the stage currently sending or receiving (set by the executor)."""
+
+    def __init__(self, meter: ByteMeter, device: torch.device) -> None:
+        super().__init__(meter, device)
+        self.rank = 0
+        self._queues: dict[tuple[int, int], collections.deque[Tensor]] = collections.defaultdict(collections.deque)
+
+    def _send_tensors(self, dst: int, tensors: tuple[Tensor, Tensor]) -> None:
+        self._queues[(self.rank, dst)].append(tensors[1])
+
+    def ready(self, src: int) -> bool:
+        return bool(self._queues[(src, self.rank)])
+
+    def _recv_buffer(self, src: int) -> Tensor:
+        q = self._queues[(src, self.rank)]
+        if not q:
+            raise TransportError(f"stage {self.rank}: no message from stage {src} (schedule bug)")
+        return q.popleft()
+
+    def pending(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+
+class DistTransport(Transport):
+    """Point-to-point over ``torch.distributed`` (async sends, blocking receives)."""
+
+    def __init__(self, meter: ByteMeter, device: torch.device, rank: int, max_pending: int = 64) -> None:
+        super().__init__(meter, device)
+        self.rank = rank
+        self.max_pending = max_pending
+        self._pending: collections.deque[tuple[dist.Work, Tensor]] = collections.deque()
+
+    def _send_tensors(self, dst: int, tensors: tuple[Tensor, Tensor]) -> None:
+        for t in tensors:
+            try:
+                work = dist.isend(t, dst)
+            except Exception as e:  # noqa: BLE001
+                raise TransportError(f"rank {self.rank}: sending to rank {dst} failed: {_first_line(e)}") from e
+            self._pending.append((work, t))  # the tensor must stay alive until the send completes
+
+    def _recv_buffer(self, src: int) -> Tensor:
+        try:
+            prefix = torch.empty(1, dtype=torch.int64, device=self.device)
+            dist.recv(prefix, src)
+            buf = torch.empty(int(prefix.item()), dtype=torch.uint8, device=self.device)
+            dist.recv(buf, src)
+        except Exception as e:  # noqa: BLE001
+            raise TransportError(
+                f"rank {self.rank}: receiving from rank {src} failed (peer died or stalled?): {_first_line(e)}"
+            ) from e
+        return buf
+
+    def flush(self) -> None:
+        while self._pending:
+            work, _ = self._pending.popleft()
+            try:
+                work.wait()
+            except Exception as e:  # noqa: BLE001
+                raise TransportError(f"rank {self.rank}: a send did not complete: {_first_line(e)}") from e
+
+    def trim(self) -> None:
+        """Bound the tensors kept alive by in-flight sends (waits on the oldest)."""
+        while len(self._pending) > self.max_pending:
+            work, _ = self._pending.popleft()
+            work.wait()
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [l for l in str(e).splitlines() if l.strip()]
+    return f"{type(e).__name__}: {lines[0].strip() if lines else ''}"

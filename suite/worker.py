@@ -1,0 +1,107 @@
+"""torchrun entry point: one process = one stage of one data-parallel replica.
+
+    python -m torch.distributed.run --standalone --nproc-per-node=<stages*dp> \\
+        -m suite.worker --config <cell.json> --out <run dir>
+
+Each rank initializes the process group (gloo on CPU, NCCL on CUDA, timeout =
+``comm_timeout_s``), loads the config's plugins, trains its stage, and sends its report to
+rank 0, which writes ``<run dir>/result.json``. A rank that fails writes one line to
+``<run dir>/errors/rank<r>.txt`` and exits non-zero; torchrun then stops the others.
+Workers die with their parent (PR_SET_PDEATHSIG) so that nothing outlives a killed run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+
+def _die_with_parent() -> None:
+    """Linux: get SIGKILL when the torchrun agent dies (no orphaned workers)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: the launcher's sweep still applies
+        pass
+
+
+_die_with_parent()  # before the heavy imports below
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import traceback  # noqa: E402
+from datetime import timedelta  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from .accounting import ByteMeter  # noqa: E402
+from .config import CellConfig, ConfigError  # noqa: E402
+from .data_parallel import make_dp_groups  # noqa: E402
+from .summary import summarize  # noqa: E402
+from .trainer import Placement, resolve_device, train  # noqa: E402
+from .transport import DistTransport  # noqa: E402
+
+__all__ = ["main"]
+
+
+def _one_line(e: BaseException) -> str:
+    lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+    return f"{type(e).__name__}: {lines[0] if lines else ''}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", required=True, help="cell config JSON (CellConfig.to_dict)")
+    p.add_argument("--out", required=True, help="run directory: result.json and errors/")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    where = f"rank {rank}"
+    try:
+        cfg = CellConfig.from_dict(json.loads(Path(args.config).read_text())).validate()  # loads plugins
+        S, D = cfg.n_stages, cfg.dp
+        if world != S * D:
+            raise ConfigError(f"world size {world} != stages {S} x dp {D}")
+        stage, dp_rank = rank % S, rank // S
+        where = f"rank {rank} (stage {stage}, replica {dp_rank})"
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
+        device = resolve_device(cfg.device, local_rank)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend, timeout=timedelta(seconds=cfg.comm_timeout_s))
+        dp_groups = make_dp_groups(S, D) if D > 1 else None
+        control = dist.new_group(backend="gloo") if backend != "gloo" else None  # for Python objects
+        meter = ByteMeter()
+        transport = DistTransport(meter, device, rank)
+        report = train(cfg, Placement((stage,), S, dp_rank, D, distributed=True), device, transport, dp_groups)
+        report["meter"] = meter.to_list()
+        gathered: list | None = [None] * world if rank == 0 else None
+        dist.gather_object(report, gathered, dst=0, group=control)
+        if rank == 0:
+            assert gathered is not None
+            result = summarize(cfg, gathered)
+            tmp = out / "result.json.tmp"
+            tmp.write_text(json.dumps(result.to_dict()))
+            tmp.rename(out / "result.json")
+        dist.barrier(group=control)
+        dist.destroy_process_group()
+        return 0
+    except BaseException as e:  # noqa: BLE001 - every failure becomes one line for the launcher
+        (out / "errors").mkdir(parents=True, exist_ok=True)
+        (out / "errors" / f"rank{rank}.txt").write_text(f"{where}: {_one_line(e)}\n")
+        traceback.print_exc()
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)  # skip process-group teardown, which can block on dead peers
+
+
+if __name__ == "__main__":
+    sys.exit(main())

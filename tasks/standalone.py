@@ -1,0 +1,89 @@
+"""Train a task on its own, in one process, with nothing compressed: ``python -m tasks.<name>``.
+
+Uses only the task API, so it doubles as the reference for what the pipeline runtime does
+(without the pipeline): every stage in sequence, M micro-batches accumulated per step
+(loss / M, GPipe's arithmetic), one optimizer and scheduler per stage, evaluation every
+``eval_every`` steps. Prints the curve and the final metric.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+
+import torch
+
+from .api import TIERS, Batch, Task
+
+__all__ = ["train", "evaluate", "main"]
+
+
+def _forward(stages: list[torch.nn.Module], batch: Batch) -> torch.Tensor:
+    x = batch.inputs
+    for stage in stages:
+        x = stage(x, batch.inputs)
+    return x
+
+
+@torch.no_grad()
+def evaluate(task: Task, stages: list[torch.nn.Module]) -> float:
+    """The task's metric over its evaluation set (micro-batched like training)."""
+    for s in stages:
+        s.eval()
+    total, count = 0.0, 0.0
+    for batch in task.eval_batches():
+        s, c = task.metric_sums(_forward(stages, batch), batch.targets)
+        total, count = total + s, count + c
+    for s in stages:
+        s.train()
+    return total / count
+
+
+def train(task: Task, n_stages: int | None = None, log=print) -> dict[str, float]:
+    """Train ``task`` for its budget; return final metric, mean loss of the last interval, seconds."""
+    b = task.budget
+    stages = task.build_stages(n_stages or task.default_stages)
+    optimizers = [task.make_optimizer(list(s.parameters())) for s in stages]
+    schedulers = [task.make_scheduler(o) for o in optimizers]
+    log(f"{task.name}/{task.tier}: {sum(p.numel() for s in stages for p in s.parameters()):,} parameters, "
+        f"{len(stages)} stages, {b.steps} steps x {b.batch_size} samples, M={b.microbatches}")
+    train_s, losses, metric = 0.0, [], float("nan")
+    t0 = time.perf_counter()
+    for step, batch in enumerate(task.train_batches()):
+        for micro in batch.split(b.microbatches):
+            loss = task.loss(_forward(stages, micro), micro.targets) / b.microbatches
+            loss.backward()
+            losses.append(loss.item() * b.microbatches)
+        for opt, sched in zip(optimizers, schedulers):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if sched is not None:
+                sched.step()
+        if (step + 1) % b.eval_every == 0 or step + 1 == b.steps:
+            train_s += time.perf_counter() - t0
+            metric = evaluate(task, stages)
+            log(f"step {step + 1:5d}  train loss {sum(losses) / len(losses):.4f}  "
+                f"{task.metric.name} {metric:.4f}  train {train_s:.1f}s")
+            last_loss, losses = sum(losses) / len(losses), []
+            t0 = time.perf_counter()
+    return {"metric": metric, "train_loss": last_loss, "train_s": train_s}
+
+
+def main(task_cls: type[Task], argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog=f"python -m tasks.{task_cls.name}", description=main.__doc__)
+    p.add_argument("--tier", default="smoke", choices=[t for t in TIERS if t in task_cls.tiers])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--stages", type=int, default=None, choices=task_cls.stage_choices)
+    p.add_argument("--steps", type=int, default=None, help="override the tier's step count")
+    args = p.parse_args(argv)
+    task = task_cls(tier=args.tier, seed=args.seed, data_dir=args.data_dir)
+    if args.steps:
+        task.budget = replace(task.budget, steps=args.steps, eval_every=min(task.budget.eval_every, args.steps))
+    torch.manual_seed(args.seed)  # dropout
+    t = time.perf_counter()
+    out = train(task, args.stages)
+    print(f"final {task.metric.name} {out['metric']:.4f}  (train {out['train_s']:.1f}s, "
+          f"total {time.perf_counter() - t:.1f}s)")
+    return 0

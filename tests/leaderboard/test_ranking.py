@@ -1,0 +1,238 @@
+"""Ranking logic on fixture records: flattening, aggregation math, significance, rules, Pareto ranks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from leaderboard import ranking
+from leaderboard.ranking import RULES, aggregate, pareto_front, pareto_ranks, rank, significance_marker, to_frame
+
+
+def _row(agg: pd.DataFrame, task: str, compressor: str, entry: str = "local") -> pd.Series:
+    sel = agg[(agg.task == task) & (agg.compressor == compressor) & (agg.entry == entry)]
+    assert len(sel) == 1, (task, compressor, entry)
+    return sel.iloc[0]
+
+
+# --------------------------------------------------------------------------- to_frame
+def test_to_frame_one_row_per_record_with_measured_ratios(records):
+    frame = to_frame(records)
+    assert len(frame) == len(records) == 2 * 4 * 3
+    r = frame[(frame.task == "cifar10") & (frame.compressor == "quant(bits=4)") & (frame.seed == 0)].iloc[0]
+    rec = next(x for x in records if x["record_id"] == r.record_id)
+    fwd = rec["bytes"]["forward"]
+    assert r.ratio_forward == pytest.approx(fwd["raw"] / fwd["wire"])
+    assert math.isnan(r.ratio_dp)  # dp sent nothing: no ratio, not a fake 1.0
+    assert r.ratio_total == pytest.approx(2 * fwd["raw"] / (2 * fwd["wire"]))
+    assert r.bytes_per_step_total == pytest.approx(sum(rec["bytes_per_step"].values()))
+    assert r.final_metric == rec["final_metric"]
+    assert r.entry == "local" and r.latest
+    assert ranking.network_profiles(frame) == ["100Gbps", "1Gbps", "80Mbps"]  # fastest first
+    assert r["time_to_target_s@80Mbps"] == rec["modeled"]["80Mbps"]["time_to_target_s"]
+
+
+def test_ratio_comes_from_bytes_not_from_the_records_claim(lb):
+    rec = lb.make_record("cifar10", "fp16", 0, compression_ratio={"forward": 1000.0, "total": 1000.0})
+    assert to_frame([rec]).iloc[0].ratio_total == pytest.approx(2.0)
+
+
+def test_rerun_of_a_cell_supersedes_the_older_record(lb):
+    failed = lb.make_record("cifar10", "fp16", 0, record_id="old", status="failed", created="2026-01-01T00:00:00+00:00")
+    ok = lb.make_record("cifar10", "fp16", 0, record_id="new", created="2026-02-01T00:00:00+00:00")
+    frame = to_frame([ok, failed])  # order in the file does not matter, `created` does
+    assert dict(zip(frame.record_id, frame.latest)) == {"new": True, "old": False}
+    agg = aggregate(frame)
+    assert agg.iloc[0].n == 1 and agg.iloc[0].n_failed == 0
+
+
+def test_empty_input_gives_empty_frames():
+    frame = to_frame([])
+    agg = aggregate(frame)
+    assert frame.empty and agg.empty
+    assert rank(agg, "pareto").empty
+
+
+# --------------------------------------------------------------------------- aggregate
+def test_aggregate_mean_std_n_delta_and_welch_p(records):
+    agg = aggregate(to_frame(records))
+    assert len(agg) == 8
+    base = [r["final_metric"] for r in records if r["task"] == "cifar10" and r["compressor"] == "none"]
+    topk = [r["final_metric"] for r in records if r["task"] == "cifar10" and r["compressor"] == "topk(ratio=0.1)"]
+    row = _row(agg, "cifar10", "topk(ratio=0.1)")
+    assert row.n == 3 and row.seeds == [0, 1, 2]
+    assert row.metric_mean == pytest.approx(np.mean(topk))
+    assert row.metric_std == pytest.approx(np.std(topk, ddof=1))
+    assert row.delta == pytest.approx(np.mean(topk) - np.mean(base))
+    assert row.p_value == pytest.approx(stats.ttest_ind(topk, base, equal_var=False).pvalue)
+    assert row.significance == "***"  # 4 points of accuracy lost at +-0.4 noise
+    assert row.baseline_entry == "local"
+    b = _row(agg, "cifar10", "none")
+    assert b.significance == "baseline" and b.delta == 0 and math.isnan(b.p_value)
+    assert b.ratio_total == pytest.approx(1.0)
+
+
+def test_n_too_small_gives_nan_p_and_a_marker(lb):
+    recs = lb.make_records(tasks=("cifar10",), compressors=("none",)) + [lb.make_record("cifar10", "fp16", 0)]
+    row = _row(aggregate(to_frame(recs)), "cifar10", "fp16")
+    assert row.n == 1 and math.isnan(row.p_value) and row.significance == "n too small"
+    assert math.isnan(row.metric_std)
+    assert not math.isnan(row.delta)
+
+
+def test_failed_seeds_are_counted_not_averaged(lb):
+    recs = lb.make_records(tasks=("cifar10",), compressors=("none", "fp16"))
+    recs.append(lb.make_record("cifar10", "fp16", 3, status="failed", error="CompressorError: NaN in payload"))
+    row = _row(aggregate(to_frame(recs)), "cifar10", "fp16")
+    assert row.n == 3 and row.n_failed == 1
+    assert row.metric_mean == pytest.approx(np.mean([r["final_metric"] for r in recs[3:6]]))
+
+
+def test_time_to_target_mean_over_reached_seeds_and_fraction(lb):
+    recs = []
+    for seed in range(3):
+        r = lb.make_record("cifar10", "fp16", seed)
+        if seed == 2:
+            r["modeled"]["80Mbps"]["time_to_target_s"] = None  # this seed never reached the target
+        recs.append(r)
+    row = _row(aggregate(to_frame(recs)), "cifar10", "fp16")
+    reached = [r["modeled"]["80Mbps"]["time_to_target_s"] for r in recs[:2]]
+    assert row["time_to_target_s@80Mbps"] == pytest.approx(np.mean(reached))
+    assert row["reached@80Mbps"] == pytest.approx(2 / 3)
+    assert row["reached@1Gbps"] == 1.0
+
+
+def test_baseline_prefers_the_same_entry(lb):
+    mine = [dict(lb.make_record("cifar10", c, s, record_id=f"m{c}{s}"), entry="mine") for c in ("none", "fp16") for s in range(2)]
+    mine[0]["final_metric"] = mine[1]["final_metric"] = 0.30  # my machine's baseline is much worse
+    ref = lb.make_records(tasks=("cifar10",), compressors=("none",))
+    agg = aggregate(to_frame(mine + ref))
+    row = _row(agg, "cifar10", "fp16", entry="mine")
+    assert row.baseline_entry == "mine" and row.delta > 0.2
+    # an entry without its own baseline is compared with the best-sampled one
+    other = [dict(lb.make_record("cifar10", "fp16", s, record_id=f"o{s}"), entry="other") for s in range(3)]
+    row = _row(aggregate(to_frame(ref + other)), "cifar10", "fp16", entry="other")
+    assert row.baseline_entry == "local"
+
+
+@pytest.mark.parametrize(
+    "p,n,nb,marker",
+    [(0.0001, 3, 3, "***"), (0.005, 3, 3, "**"), (0.04, 3, 3, "*"), (0.05, 3, 3, "n.s."), (0.5, 5, 3, "n.s."),
+     (0.0001, 1, 3, "n too small"), (0.0001, 3, 1, "n too small"), (math.nan, 3, 3, "n.s.")],
+)  # fmt: skip
+def test_significance_marker(p, n, nb, marker):
+    assert significance_marker(p, n, nb) == marker
+
+
+# --------------------------------------------------------------------------- rules
+def test_every_rule_has_an_explanation():
+    assert set(RULES) == {"quality_at_ratio", "time_to_target", "pareto"}
+    for rule in RULES.values():
+        assert len(rule.explanation) > 200 and rule.title
+
+
+def test_quality_at_ratio_respects_min_ratio_and_direction_of_better(records):
+    agg = aggregate(to_frame(records))
+    r = rank(agg, "quality_at_ratio", min_ratio=3.0)
+    cifar = r[r.task == "cifar10"]
+    assert list(cifar.compressor[:2]) == ["quant(bits=4)", "topk(ratio=0.1)"]  # ratio 7.4 and 5 are eligible
+    assert list(cifar["rank"][:2]) == [1, 2] and cifar["rank"][2:].isna().all()
+    # perplexity: lower is better, so the baseline-quality entries come first
+    shake = rank(agg, "quality_at_ratio")
+    shake = shake[shake.task == "shakespeare"]
+    assert shake.iloc[-1].compressor == "topk(ratio=0.1)"
+    assert shake["metric_mean"].is_monotonic_increasing
+    cifar_all = rank(agg, "quality_at_ratio")
+    assert cifar_all[cifar_all.task == "cifar10"]["metric_mean"].is_monotonic_decreasing
+    # direction: dp sent nothing, so nothing reaches a dp ratio
+    assert rank(agg, "quality_at_ratio", min_ratio=1.0, direction="dp")["rank"].isna().all()
+
+
+def test_time_to_target_depends_on_the_network(records):
+    agg = aggregate(to_frame(records))
+    fast = rank(agg, "time_to_target", network="100Gbps")
+    slow = rank(agg, "time_to_target", network="80Mbps")
+    first = lambda t: t[t.task == "cifar10"].iloc[0].compressor  # noqa: E731
+    assert first(fast) == "none"  # compute-bound: compression only costs time
+    assert first(slow) == "quant(bits=4)"  # bandwidth-bound: fewest bytes wins
+    with pytest.raises(ValueError, match="unknown network profile 'dialup'; valid: 100Gbps, 1Gbps, 80Mbps"):
+        rank(agg, "time_to_target", network="dialup")
+
+
+def test_time_to_target_never_reached_ranks_last(lb):
+    recs = lb.make_records(tasks=("cifar10",))
+    for r in recs:
+        if r["compressor"] == "quant(bits=4)":
+            for m in r["modeled"].values():
+                m["time_to_target_s"] = None
+        if r["compressor"] == "fp16" and r["seed"] == 0:
+            r["modeled"]["80Mbps"]["time_to_target_s"] = None
+    r = rank(aggregate(to_frame(recs)), "time_to_target", network="80Mbps")
+    # topk is fastest among all-seeds-reached; fp16 (2/3 reached) after; quant (never) last
+    assert list(r.compressor) == ["topk(ratio=0.1)", "none", "fp16", "quant(bits=4)"]
+    assert list(r["rank"]) == [1, 2, 3, 4]
+
+
+def test_pareto_rank_rule(records):
+    agg = aggregate(to_frame(records))
+    r = rank(agg, "pareto")
+    cifar = r[r.task == "cifar10"].set_index("compressor")
+    # quant: fewest bytes; none/fp16 best quality (fp16 with half the bytes); topk is dominated by quant
+    assert cifar.loc["quant(bits=4)", "rank"] == 1
+    assert cifar.loc["topk(ratio=0.1)", "rank"] == 2
+    assert (r["rank"] == r["pareto_rank"]).all()
+
+
+def test_unknown_rule_and_direction_are_rejected(records):
+    agg = aggregate(to_frame(records))
+    with pytest.raises(ValueError, match="valid rules: quality_at_ratio, time_to_target, pareto"):
+        rank(agg, "best")
+    with pytest.raises(ValueError, match="unknown direction"):
+        rank(agg, "pareto", direction="sideways")
+
+
+# --------------------------------------------------------------------------- Pareto by hand
+def test_pareto_ranks_hand_made_case():
+    # x = bytes (smaller better), y = quality (larger better)
+    df = pd.DataFrame(
+        {"x": [1, 2, 3, 2, 4, 3, 5, np.nan, 3],
+         "y": [1, 3, 4, 2, 4, 3, 1, 9, 4]},
+        index=list("abcdefghi"),
+    )  # fmt: skip
+    ranks = pareto_ranks(df, "x", "y")
+    # front 1: a(1,1) b(2,3) c(3,4) and its twin i(3,4); e(4,4) is dominated by c;
+    # front 2: d(2,2) f(3,3) e(4,4); front 3: g(5,1); h has NaN
+    assert pd.isna(ranks["h"])
+    assert ranks.drop("h").to_dict() == {"a": 1, "b": 1, "c": 1, "i": 1, "d": 2, "f": 2, "e": 2, "g": 3}
+    assert list(pareto_front(df, "x", "y")) == [True, True, True, False, False, False, False, False, True]
+    # lower-is-better quality (perplexity) flips the y axis
+    low = pareto_ranks(df, "x", "y", maximize_y=False)
+    assert low["a"] == 1 and low["c"] > 1
+
+
+# --------------------------------------------------------------------------- views
+def test_display_table_strings(records):
+    agg = aggregate(to_frame(records))
+    table = ranking.display_table(rank(agg[agg.task == "cifar10"], "pareto"), network="1Gbps")
+    assert list(table.columns[:5]) == ["rank", "entry", "compressor", "accuracy", "Δ vs none"]
+    assert "time-to-target @ 1Gbps" in table and "ratio fwd / bwd / dp" in table
+    row = table[table.compressor == "topk(ratio=0.1)"].iloc[0]
+    assert row["accuracy"].endswith("(n=3)") and "±" in row["accuracy"]
+    assert row["Δ vs none"].startswith("-0.04") and row["Δ vs none"].endswith("***")
+    assert row["ratio fwd / bwd / dp"] == "5 / 5 / -" and row["ratio total"] == "5x"
+    assert row["time-to-target @ 1Gbps"].endswith("(3/3)")
+
+
+def test_curves_and_detail(records):
+    frame = to_frame(records)
+    curves = ranking.curve_frame(frame, [("local", "fp16")])
+    assert set(curves.compressor) == {"fp16"} and set(curves.seed) == {0, 1, 2}
+    assert len(curves) == 2 * 3 * 5  # 2 tasks x 3 seeds x 5 points
+    d = ranking.entry_detail(frame, "cifar10", "quick", "local", "fp16")
+    assert d["specs"] == {"forward": "fp16", "backward": "fp16", "dp": "none"}
+    assert len(d["seeds"]) == 3 and d["plugin_hash"] and d["provenance"]["git_commit"] == "0123abc"
+    assert d["config"]["task"] == "cifar10"
