@@ -36,7 +36,7 @@ DIRECTION_LABELS = {
 
 def _sources(argv: list[str]) -> tuple[list[str], list[str]]:
     """Results stores and records folders to show (see the module docstring)."""
-    parser = argparse.ArgumentParser(add_help=False)
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--results", action="append", default=[])
     parser.add_argument("--records", action="append", default=[])
     args, _ = parser.parse_known_args(argv)
@@ -170,7 +170,9 @@ def main(argv: list[str] | None = None) -> None:
     direction = sb.selectbox("Direction", list(DIRECTION_LABELS), format_func=DIRECTION_LABELS.get, key="direction")
     min_ratio = None
     if rule == "quality_at_ratio":
-        min_ratio = sb.number_input("Minimum compression ratio", min_value=0.0, value=1.0, step=0.5, key="min_ratio")
+        min_ratio = sb.number_input(
+            "Minimum compression ratio (0: any)", min_value=0.0, value=0.0, step=0.5, key="min_ratio"
+        )
     sb.divider()
     sb.text("Sources:\n" + "\n".join(f"  {p}" for p in [*stores, *records_dirs]))
 

@@ -22,7 +22,6 @@ from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 __all__ = [
     "BASELINE",
@@ -207,17 +206,17 @@ _UNIT = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 
 
 def profile_bandwidth_bps(name: str) -> float:
-    """Bandwidth of a profile: from ``suite.network.PROFILES`` if it knows the name, else parsed
-    from the name (``"100Gbps"`` -> 1e11); NaN if neither works."""
-    try:
-        from suite.network import PROFILES  # written by the runtime; optional here
-
-        if name in PROFILES:
-            return float(PROFILES[name].bandwidth_bps)
-    except Exception:  # noqa: BLE001 - the leaderboard must open without the runtime
-        pass
+    """Bandwidth of a profile, parsed from its name (``"100Gbps"`` -> 1e11), else looked up in
+    ``suite.network.PROFILES``; NaN if neither works."""
     m = _BW.search(name)
-    return float(m.group(1)) * _UNIT[m.group(2).lower()] if m else math.nan
+    if m:
+        return float(m.group(1)) * _UNIT[m.group(2).lower()]
+    try:
+        from suite.network import PROFILES  # the runtime's table; optional for the leaderboard
+
+        return float(PROFILES[name].bandwidth_bps)
+    except Exception:  # noqa: BLE001 - the leaderboard must open without the runtime
+        return math.nan
 
 
 def network_profiles(frame: pd.DataFrame) -> list[str]:
@@ -244,6 +243,8 @@ def significance_marker(p: float, n: int, n_baseline: int) -> str:
 def _welch_p(a: np.ndarray, b: np.ndarray) -> float:
     if len(a) < 2 or len(b) < 2:
         return math.nan
+    from scipy import stats  # imported here: it costs seconds and only aggregate needs it
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # zero-variance samples: p is 0 or NaN
         return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
@@ -606,7 +607,7 @@ def display_table(ranked: pd.DataFrame, *, network: str | None = None, direction
         if network and f"time_to_target_s@{network}" in r:
             t, reached = r[f"time_to_target_s@{network}"], r.get(f"reached@{network}", 0.0)
             k = int(round(reached * r["n"])) if r["n"] else 0
-            row[f"time-to-target @ {network}"] = (
+            row[f"time-to-target @ {network}"] = "-" if r["n"] == 0 else (
                 "not reached" if math.isnan(t) else _fmt(t, ".3g", " s")
             ) + f" ({k}/{r['n']})"
         if r.get("n_failed"):

@@ -70,13 +70,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """Terminate the process group we started for ``proc`` (SIGTERM, then SIGKILL)."""
+def _stop(proc: subprocess.Popen, grace: float = 3.0) -> None:
+    """Terminate the process group we started for ``proc`` (SIGTERM, then SIGKILL after ``grace`` s)."""
     if proc.poll() is not None:
         return
     try:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=5)
+        proc.wait(timeout=grace)
     except (ProcessLookupError, PermissionError):
         pass
     except subprocess.TimeoutExpired:

@@ -243,11 +243,14 @@ def _load_jsonl(
     seen: dict[str, str],
     label: str,
     known: frozenset[str] = frozenset(),
+    plugin_hash: str = "",
 ) -> list[dict[str, Any]]:
     """Valid records of one JSON Lines file; every bad line becomes a Problem.
 
     ``seen``: record ids loaded so far (a repeat is a problem); ``known``: ids already
     loaded from elsewhere that are dropped silently (a local store's copy of committed records).
+    ``plugin_hash``: the entry's plugin file hash; a record whose run loaded plugin files
+    (``provenance.plugin_hashes["plugin:<path>"]``) must have loaded this one.
     """
     try:
         data = _read_capped(path, MAX_FILE_BYTES)
@@ -279,6 +282,13 @@ def _load_jsonl(
             continue
         except (ValueError, RecursionError) as e:  # e.g. a 10,000-digit integer, nesting bombs
             problems.append(Problem(where, f"invalid JSON: {_one_line(e) or type(e).__name__}"))
+            continue
+        loaded = {k: v for k, v in rec["provenance"].get("plugin_hashes", {}).items() if k.startswith("plugin:")}
+        if plugin_hash and loaded and plugin_hash not in loaded.values():
+            problems.append(
+                Problem(where, f"record was run with other plugin code ({', '.join(f'{k}={v}' for k, v in loaded.items())}); "
+                               f"entry.yaml says plugin_hash {plugin_hash}")
+            )  # fmt: skip
             continue
         rid = rec["record_id"]
         if rid in known:
@@ -345,7 +355,7 @@ def load_entry(
     attach = {"entry": info.entry, "submitter": info.submitter, "entry_info": info.to_dict()}
     records: list[dict[str, Any]] = []
     for f in files:
-        records += _load_jsonl(f, attach, problems, seen, str(f))
+        records += _load_jsonl(f, attach, problems, seen, str(f), plugin_hash=info.plugin_hash if info.plugin.endswith(".py") else "")
     return records, problems
 
 

@@ -39,7 +39,7 @@ from .matrix import PlannedCell
 from .record_builder import ResultError, build_record, check_result, failed_record
 from .result import RunResult
 
-__all__ = ["run_cell", "DEFAULT_RUNTIME", "log_path_for", "one_line"]
+__all__ = ["run_cell", "execute", "interpret", "DEFAULT_RUNTIME", "log_path_for", "one_line"]
 
 DEFAULT_RUNTIME = "suite.runtime:run"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -114,7 +114,10 @@ def run_cell(
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
-        cmd = [sys.executable, "-m", "suite.cell", "--config", str(cfg_file), "--out", str(out_file), "--runtime", runtime]
+        cmd = [
+            sys.executable, "-m", "suite.cell", "--config", str(cfg_file), "--out", str(out_file),
+            "--runtime", runtime, "--parent", str(os.getpid()),
+        ]  # fmt: skip
         t0 = time.perf_counter()
         with open(log, "a", encoding="utf-8") as logf:
             logf.write(f"=== {_now()} {config.cell_id} (key {config.key()}, limit {limit} s)\n")
@@ -143,22 +146,41 @@ def run_cell(
             except ValueError as e:
                 payload = {"ok": False, "error": f"unreadable result file ({one_line(e)})"}
 
-    prov = (payload or {}).get("provenance") if isinstance(payload, dict) else None
+    return interpret(config, payload, proc.returncode, timed_out=timed_out, limit=limit, wall_s=wall, log=log)
+
+
+def interpret(
+    config: CellConfig,
+    payload: Any,
+    returncode: int | None,
+    *,
+    timed_out: bool = False,
+    limit: float | None = None,
+    wall_s: float | None = None,
+    log: Path | None = None,
+) -> dict[str, Any]:
+    """The record for what a cell's child left behind: its output file's ``payload`` (None if
+    it wrote none), its exit code, and whether it was killed for its time limit."""
+    from .provenance import provenance
+
+    prov = payload.get("provenance") if isinstance(payload, dict) else None
     if not isinstance(prov, dict):
         prov = provenance(config)
+    log_ref = str(log) if log else None
+    log_name = log.name if log else "the cell log"
 
     def fail(reason: str, status: str = "failed") -> dict[str, Any]:
-        with open(log, "a", encoding="utf-8") as f:
-            f.write(f"=== {status}: {reason}\n")
-        return failed_record(config, reason, prov, status=status, wall_s=wall, log=log_ref)
+        if log:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(f"=== {status}: {reason}\n")
+        return failed_record(config, reason, prov, status=status, wall_s=wall_s, log=log_ref)
 
     if timed_out:
         return fail(f"timeout: the cell ran longer than its time limit of {limit:g} s and was killed", "timeout")
     if not isinstance(payload, dict):
-        rc = proc.returncode
-        if rc is not None and rc < 0:
-            return fail(f"cell process crashed with {_signal_name(rc)} (see {log.name})")
-        return fail(f"cell process exited with code {rc} without a result (see {log.name})")
+        if returncode is not None and returncode < 0:
+            return fail(f"cell process crashed with {_signal_name(returncode)} (see {log_name})")
+        return fail(f"cell process exited with code {returncode} without a result (see {log_name})")
     if not payload.get("ok"):
         return fail(str(payload.get("error") or "unknown error"))
     try:
@@ -169,7 +191,8 @@ def run_cell(
     except Exception as e:  # noqa: BLE001 - garbage from the runtime: malformed fields
         return fail(f"invalid result: {one_line(e)}")
     try:
-        return build_record(config, result, prov, wall_s=float(payload.get("wall_s", wall)), log=log_ref)
+        wall = float(payload.get("wall_s", wall_s or 0.0))
+        return build_record(config, result, prov, wall_s=wall, log=log_ref)
     except Exception as e:  # noqa: BLE001 - e.g. a value the schema rejects
         return fail(f"invalid result: {one_line(e)}")
 
@@ -179,9 +202,10 @@ def _now() -> str:
 
 
 # --------------------------------------------------------------------------- the child
-def _watch_parent() -> None:
-    """Kill our process group when the runner that started us goes away."""
-    parent = os.getppid()
+def _watch_parent(parent: int) -> None:
+    """Kill our process group when the runner that started us goes away (checked every second;
+    ``parent`` is passed on the command line so a runner killed while we were still importing
+    is noticed too)."""
 
     def loop() -> None:
         while True:
@@ -198,31 +222,28 @@ def _write(out: Path, payload: dict[str, Any]) -> None:
     os.replace(tmp, out)
 
 
-def _child(argv: list[str] | None = None) -> int:
-    import faulthandler
+def execute(config_file: str | Path, out_file: str | Path, runtime: str = DEFAULT_RUNTIME) -> int:
+    """The child's work: validate, run, write ``{"ok", "result" | "error", "wall_s", "provenance"}``.
+
+    Any exception (SystemExit from a plugin included) becomes a one-line error in the output
+    file and a full traceback on stderr (the cell's log). Returns the exit code.
+    """
     import importlib
 
-    faulthandler.enable()  # a segfault prints the Python stack into the cell's log
-    ap = argparse.ArgumentParser(prog="python -m suite.cell", description="run one mpcbench cell (internal)")
-    ap.add_argument("--config", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--runtime", default=DEFAULT_RUNTIME)
-    args = ap.parse_args(argv)
-    _watch_parent()
-    out = Path(args.out)
+    out = Path(out_file)
     prov: dict[str, Any] | None = None
     try:
         from .provenance import provenance
 
-        config = CellConfig.from_dict(json.loads(Path(args.config).read_text())).validate()
+        config = CellConfig.from_dict(json.loads(Path(config_file).read_text())).validate()
         prov = provenance(config)
-        module, _, fn = args.runtime.partition(":")
+        module, _, fn = runtime.partition(":")
         run = getattr(importlib.import_module(module), fn or "run")
         t0 = time.perf_counter()
         result = run(config)
         wall = time.perf_counter() - t0
         if not isinstance(result, RunResult):
-            raise TypeError(f"{args.runtime} returned {type(result).__name__}, not a RunResult")
+            raise TypeError(f"{runtime} returned {type(result).__name__}, not a RunResult")
         _write(out, {"ok": True, "result": result.to_dict(), "wall_s": wall, "provenance": prov})
         return 0
     except BaseException as e:  # noqa: BLE001 - SystemExit from a plugin is a failure too
@@ -230,6 +251,20 @@ def _child(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         _write(out, {"ok": False, "error": one_line(e), "provenance": prov})
         return 1
+
+
+def _child(argv: list[str] | None = None) -> int:
+    import faulthandler
+
+    faulthandler.enable()  # a segfault prints the Python stack into the cell's log
+    ap = argparse.ArgumentParser(prog="python -m suite.cell", description="run one mpcbench cell (internal)")
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--runtime", default=DEFAULT_RUNTIME)
+    ap.add_argument("--parent", type=int, default=None, help="pid of the runner (default: our parent)")
+    args = ap.parse_args(argv)
+    _watch_parent(args.parent or os.getppid())
+    return execute(args.config, args.out, args.runtime)
 
 
 if __name__ == "__main__":

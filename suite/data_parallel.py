@@ -148,19 +148,21 @@ class CompressedReduce:
             device=x.device,
             seed=derive_seed(self.seed, "dp", self.stage, bucket, self.step),
         )
-        raw_key = dp_key(self.stage, "allreduce" if (comp.linear or _has_reduce(comp)) else "allgather")
-        self.meter.record(raw_key, x.numel() * x.element_size(), 0, messages=0)
+        raw = x.numel() * x.element_size()
         if _has_reduce(comp):
             out = comp.reduce(x, info, self._all_reduce)
             if out is not None:
+                self.meter.record(dp_key(self.stage, "allreduce"), raw, 0, messages=0)
                 return out
         d = self.replicas
         with self.clock.section("compress"):
             payload = comp.compress(x, info)
         if comp.linear:
+            self.meter.record(dp_key(self.stage, "allreduce"), raw, 0, messages=0)
             summed = tuple(self._all_reduce(t) for t in payload)
             with self.clock.section("compress"):
                 return comp.decompress(summed, info) / d
+        self.meter.record(dp_key(self.stage, "allgather"), raw, 0, messages=0)
         frames = self._all_gather_frames(frame(payload, x.shape, x.dtype, x.device))
         with self.clock.section("compress"):
             total = torch.zeros_like(x)

@@ -12,6 +12,8 @@ wall-clock watchdog and returns the RunResult that rank 0 wrote. Failure handlin
 
 Whatever happens, every process carrying this run's marker in its environment is killed
 before returning, so nothing is orphaned; the error is one line naming the failing rank.
+torchrun stays in the caller's process group (a runner killing its cell's group reaches
+it) and gets SIGKILL if the caller dies; workers get SIGKILL if torchrun dies.
 """
 
 from __future__ import annotations
@@ -64,7 +66,11 @@ def launch(config: CellConfig, keep_dir: bool = False) -> RunResult:
     ok = False
     try:
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            # torchrun stays in the caller's process group (a runner that kills its cell's group
+            # reaches it) and dies with the caller; workers die with torchrun (see worker.py).
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent
+            )
             try:
                 rc = proc.wait(timeout=limit)
             except subprocess.TimeoutExpired:
@@ -87,6 +93,16 @@ def launch(config: CellConfig, keep_dir: bool = False) -> RunResult:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): SIGKILL it when the launching process dies."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: the marker sweep still applies
+        pass
+
+
 def _marked_pids(run_dir: Path) -> list[int]:
     """Processes whose environment carries this run's marker (Linux /proc)."""
     needle = f"{RUN_MARKER}={run_dir}".encode() + b"\0"
@@ -103,15 +119,12 @@ def _marked_pids(run_dir: Path) -> list[int]:
 
 
 def _kill_run(run_dir: Path, proc: subprocess.Popen) -> None:
-    """SIGKILL torchrun's session and every process carrying this run's marker.
+    """SIGKILL torchrun and every process carrying this run's marker.
 
     Workers lead their own sessions (torchrun starts them so), hence the sweep by marker
     rather than by process group; checking the marker also makes a reused pid safe."""
     if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        proc.kill()
     for _ in range(100):
         left = _marked_pids(run_dir)
         if not left:

@@ -480,13 +480,15 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
             ):
                 if v is not None:
                     settings[k] = v
+            # data parallelism needs one process per replica: such cells always go through torchrun
+            mode = "torchrun" if int(settings.get("dp", 1) or 1) > 1 else sel.mode
             for seed in seeds:
                 cfg = CellConfig(
                     task=task,
                     tier=tier.name,
                     seed=seed,
                     plan=entry.plan,
-                    mode=sel.mode,
+                    mode=mode,
                     device=sel.device,
                     plugins=needed,
                     data_dir=sel.data_dir,

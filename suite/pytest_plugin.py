@@ -116,7 +116,10 @@ def _planned(config: pytest.Config) -> list:
         try:
             config.stash[_PLAN_KEY] = plan_cells(selection_from_pytest(config))
         except MatrixError as e:
-            pytest.fail(f"mpcbench: {e}", pytrace=False)
+            problem = str(e)
+        else:
+            return config.stash[_PLAN_KEY]
+        pytest.fail(f"mpcbench: {problem}", pytrace=False)  # one line, outside the except: no chained traceback
     return config.stash[_PLAN_KEY]
 
 

@@ -83,7 +83,8 @@ def run_cells(
     stream = stream or sys.stderr
     done = store.done_keys()
     outcomes: list[CellOutcome] = []
-    bar = tqdm(total=len(cells), unit="cell", disable=not progress, file=stream, dynamic_ncols=True)
+    interactive = progress and hasattr(stream, "isatty") and stream.isatty()  # no \r noise in CI logs
+    bar = tqdm(total=len(cells), unit="cell", disable=not interactive, file=stream, dynamic_ncols=True)
     try:
         for cell in cells:
             bar.set_postfix_str(cell.test_id or cell.config.cell_id, refresh=True)
@@ -98,10 +99,10 @@ def run_cells(
                 o = CellOutcome(cell, record["status"], record.get("error"), record)
             outcomes.append(o)
             line = _line(o, time.perf_counter() - t0)
-            if progress:
+            if interactive:
                 bar.write(line, file=stream)
             else:
-                print(line, file=stream, flush=True)
+                print(f"[{len(outcomes)}/{len(cells)}] {line}", file=stream, flush=True)
             if on_outcome:
                 on_outcome(o)
             bar.update(1)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import math
+import re
 from typing import Sequence
 
 import torch
@@ -227,5 +228,7 @@ class DistTransport(Transport):
 
 
 def _first_line(e: BaseException) -> str:
+    """First sentence of an error, without gloo's source-location prefix."""
     lines = [l for l in str(e).splitlines() if l.strip()]
-    return f"{type(e).__name__}: {lines[0].strip() if lines else ''}"
+    text = re.sub(r"\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*", "", lines[0].strip() if lines else "")
+    return f"{type(e).__name__}: {text.split('. ')[0]}"

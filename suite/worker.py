@@ -17,6 +17,15 @@ import signal
 import sys
 
 
+_T0 = __import__("time").perf_counter()
+
+
+def _trace(msg: str) -> None:
+    """``MPCBENCH_TRACE=1``: print phase timestamps (start-up cost diagnosis)."""
+    if os.environ.get("MPCBENCH_TRACE"):
+        print(f"[{os.environ.get('RANK', '?')}] +{__import__('time').perf_counter() - _T0:.2f}s {msg}", flush=True)
+
+
 def _die_with_parent() -> None:
     """Linux: get SIGKILL when the torchrun agent dies (no orphaned workers)."""
     try:
@@ -64,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     where = f"rank {rank}"
+    _trace("imported")
     try:
         cfg = CellConfig.from_dict(json.loads(Path(args.config).read_text())).validate()  # loads plugins
         S, D = cfg.n_stages, cfg.dp
@@ -76,13 +86,16 @@ def main(argv: list[str] | None = None) -> int:
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
             torch.cuda.set_device(device)
+        _trace("config loaded")
         dist.init_process_group(backend, timeout=timedelta(seconds=cfg.comm_timeout_s))
+        _trace("process group up")
         dp_groups = make_dp_groups(S, D) if D > 1 else None
         control = dist.new_group(backend="gloo") if backend != "gloo" else None  # for Python objects
         meter = ByteMeter()
         transport = DistTransport(meter, device, rank)
         report = train(cfg, Placement((stage,), S, dp_rank, D, distributed=True), device, transport, dp_groups)
         report["meter"] = meter.to_list()
+        _trace("trained")
         gathered: list | None = [None] * world if rank == 0 else None
         dist.gather_object(report, gathered, dst=0, group=control)
         if rank == 0:
@@ -93,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             tmp.rename(out / "result.json")
         dist.barrier(group=control)
         dist.destroy_process_group()
+        _trace("done")
         return 0
     except BaseException as e:  # noqa: BLE001 - every failure becomes one line for the launcher
         (out / "errors").mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,8 @@ network). Choose another with ``$MPCBENCH_SST2_MODEL`` (a hub id or a local fold
 ``Sst2(model=...)``. Head: masked mean pooling over tokens (the sentence-transformers
 pooling MiniLM was trained with), dropout 0.1, a linear layer to 2 classes.
 
-Stages (L encoder layers cut as evenly as possible, earlier stages get the extra layer):
+Stages (L encoder layers cut as evenly as possible, earlier stages get the extra layer; the
+smoke tier keeps only the first ``extra["n_layers"]`` = 3 pretrained layers, one per stage):
   3 stages: [embeddings + layers 0-1] | [layers 2-3] | [layers 4-5 + pooling + head]
   2 stages: [embeddings + layers 0-2] | [layers 3-5 + pooling + head]
 Every boundary carries the hidden states (B, T, hidden). Each stage ``forward(x,
@@ -190,8 +191,9 @@ class Sst2(Task):
     default_stages = 3
     stage_choices = (2, 3)
     tiers = {
+        # seconds on a CPU: the first 3 pretrained layers only, a few steps, tiny subsets
         "smoke": TierBudget(steps=3, batch_size=8, microbatches=2, eval_every=3, target=0.55, lr=1e-4,
-                            eval_samples=32, train_samples=64, extra={"max_len": 64}),
+                            eval_samples=32, train_samples=64, extra={"max_len": 64, "n_layers": 3}),
         # ~30-40 s on 2 CPU cores: a fixed pool of 384 sentences seen twice, 256 dev sentences
         "quick": TierBudget(steps=24, batch_size=32, microbatches=4, eval_every=6, target=0.75, lr=1e-4,
                             eval_samples=256, train_samples=384, warmup_steps=2, extra={"max_len": 64}),
@@ -221,6 +223,10 @@ class Sst2(Task):
     def build_model(self) -> SentimentModel:
         """The unsplit model (``build_stages`` cuts exactly this one): pretrained encoder + fresh head."""
         encoder = copy.deepcopy(_pretrained(self.model_name))
+        n_layers = self.budget.extra.get("n_layers")  # smoke: keep only the first layers (seconds on CPU)
+        if n_layers is not None:
+            encoder.encoder.layer = encoder.encoder.layer[:n_layers]
+            encoder.config.num_hidden_layers = n_layers
         torch.manual_seed(self.seed)  # the head's initialization
         return SentimentModel(encoder, self.pad_id)
 

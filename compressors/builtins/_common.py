@@ -14,9 +14,10 @@ def device_generator(info: TensorInfo, device: torch.device, salt: int = 0) -> t
     """A generator on ``device`` seeded like ``info.generator(salt)``.
 
     Random numbers are drawn where the tensor lives, so no host round trip is needed on
-    GPU. Two sides get identical draws when their tensors are on the same device *type*
-    (CPU and CUDA generators are different algorithms); the runtime keeps sender and
-    receiver of one link on the same device type.
+    GPU. Draws are reproducible on the same device type and GPU model, but CPU and CUDA
+    (and CUDA on different GPU models) give different numbers: use this only for
+    sender-side randomness (stochastic rounding, threshold sampling). Randomness both
+    sides must agree on comes from ``info.generator()`` on CPU.
     """
     seed = info.generator(salt).initial_seed()
     if device.type == "cpu":

@@ -143,7 +143,8 @@ class TopK(Compressor):
 class RandomK(Compressor):
     """RandomK (Stich et al. 2018; Wangni et al. 2018): values at seeded positions, no index bytes.
 
-    ``k = ceil(ratio * numel)`` values at positions drawn from ``info.seed``. Positions are a jittered grid: the flattened tensor is cut into ``k`` strata of
+    ``k = ceil(ratio * numel)`` values at positions drawn from ``info.seed`` (on CPU, so
+    identical on every device). Positions are a jittered grid: the flattened tensor is cut into ``k`` strata of
     ``numel / k`` (rounded) consecutive elements and one uniformly random position is drawn
     in each. Every element is kept with probability ``k / numel`` as in uniform rand-k, the
     cost is ``k`` random draws instead of a ``numel``-long permutation (80 ms on CPU at
@@ -166,11 +167,12 @@ class RandomK(Compressor):
         """(k,) int64 positions, one per stratum, and (k,) stratum sizes."""
         n = info.numel
         k = _count(self.ratio, n)
-        edges = torch.arange(k + 1, dtype=torch.int64, device=device) * n // max(k, 1)  # (k+1,)
+        edges = torch.arange(k + 1, dtype=torch.int64) * n // max(k, 1)  # (k+1,)
         start, size = edges[:-1], torch.diff(edges)  # (k,), sizes floor(n/k) or ceil(n/k)
-        u = torch.rand(k, generator=device_generator(info, device, _SALT_RANDOMK), device=device, dtype=torch.float64)
+        # k draws on CPU: bit-identical for sender and receiver on any device or GPU model
+        u = torch.rand(k, generator=info.generator(_SALT_RANDOMK), dtype=torch.float64)
         offset = torch.minimum((u * size).long(), size - 1)
-        return start + offset, size
+        return (start + offset).to(device, non_blocking=True), size.to(device, non_blocking=True)
 
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:
         require_finite(x, info, self.name, summary=x.detach().sum())  # NaN/Inf propagate to the sum

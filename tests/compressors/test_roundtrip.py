@@ -277,7 +277,7 @@ def test_non_finite_input_raises_or_passes_through_exactly(name, spec, bad):
     x.view(-1)[37] = bad
     if name in LOSSLESS:
         _, y = _roundtrip(spec, x, _info(x, role))
-        torch.testing.assert_close(y, x, rtol=0, atol=0, equal_nan=True)
+        assert y.dtype == x.dtype and torch.allclose(y, x, rtol=0, atol=0, equal_nan=True)
         return
     with pytest.raises(CompressorError, match="non-finite|NaN|Inf"):
         _roundtrip(spec, x, _info(x, role))
@@ -319,7 +319,7 @@ def test_linear_compressors_sum_payloads(name, spec):
     pb, yb = _roundtrip(spec, b, info)
     summed = tuple(u + v for u, v in zip(pa, pb))
     y = compressors.build(spec).decompress(summed, info)
-    torch.testing.assert_close(y, ya + yb)
+    assert y.shape == ya.shape and torch.allclose(y, ya + yb, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -331,7 +331,7 @@ def test_custom_reduce_with_two_replicas(name, spec):
     instances = [compressors.build(spec), compressors.build(spec)]
     results: list = [None, None]
     errors: list = []
-    barrier = threading.Barrier(2, timeout=20)
+    barrier = threading.Barrier(2, timeout=10)  # a replica that raises early breaks it
     slots: list = [None, None]
 
     def all_reduce_for(rank):
@@ -349,7 +349,6 @@ def test_custom_reduce_with_two_replicas(name, spec):
             results[rank] = instances[rank].reduce(x, _info(x, TensorRole.WEIGHT_GRAD, seed=3), all_reduce_for(rank))
         except BaseException as e:  # noqa: BLE001 - surfaced below
             errors.append(e)
-            barrier.abort()
 
     threads = [threading.Thread(target=replica, args=(r,)) for r in (0, 1)]
     for t in threads:

@@ -139,7 +139,8 @@ def write_entry(root: Path, entry: str, records: list[dict[str, Any]], **info: A
     return d
 
 
-HOSTILE_NAME = '<img src=x onerror=alert(1)><script>alert("pwned")</script>'
+# if this ever became markup, the page would set window.__mpcbench_pwned (the browser test checks)
+HOSTILE_NAME = '<img src=x onerror="window.__mpcbench_pwned=1"><script>window.__mpcbench_pwned=2</script>'
 
 
 def make_records_dir(root: Path) -> Path:

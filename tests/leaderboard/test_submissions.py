@@ -180,7 +180,8 @@ def test_oversized_files_and_lines_are_skipped(tmp_path, lb):
     d = lb.write_entry(tmp_path, "e", [lb.make_record("cifar10", "none", 0)])
     with open(d / "huge.jsonl", "wb") as f:  # sparse: no disk or time spent
         f.truncate(submissions.MAX_FILE_BYTES + 1)
-    long_line = json.dumps(lb.make_record("cifar10", "fp16", 0, description="x" * submissions.MAX_LINE_BYTES))
+    long_rec = dict(lb.make_record("cifar10", "fp16", 0), description="x" * submissions.MAX_LINE_BYTES)
+    long_line = json.dumps(long_rec)
     (d / "long.jsonl").write_text(long_line + "\n" + json.dumps(lb.make_record("cifar10", "fp16", 1)) + "\n")
     big_yaml = lb.write_entry(tmp_path, "big-yaml", [lb.make_record("cifar10", "fp16", 2)])
     (big_yaml / "entry.yaml").write_text("name: x\n" + "#" * submissions.MAX_ENTRY_YAML_BYTES + "\n")
@@ -199,13 +200,13 @@ def test_symlinks_and_bad_folder_names_are_refused(tmp_path, lb):
     secret = tmp_path / "secret.jsonl"
     lb.write_jsonl(secret, [lb.make_record("cifar10", "fp16", 0)])
     (d / "link.jsonl").symlink_to(secret)
-    lb.write_entry(root, "<b>bad name</b>", [lb.make_record("cifar10", "fp16", 1)])
+    lb.write_entry(root, "<i>bad name", [lb.make_record("cifar10", "fp16", 1)])
     (root / "linked-entry").symlink_to(d)
     records, problems = load_entries(root)
     assert [(r["entry"], r["compressor"]) for r in records] == [("e", "none")]
     text = _reasons(problems)
     assert "link.jsonl: symlinks are not allowed" in text
-    assert "entry folder name '<b>bad name</b>' is not a valid entry id" in text
+    assert "entry folder name '<i>bad name' is not a valid entry id" in text
     assert "linked-entry: an entry must be a folder (not a symlink)" in text
 
 
@@ -287,3 +288,17 @@ def test_load_entry_for_validate(tmp_path, lb):
     d = lb.write_entry(tmp_path, "mine", lb.make_records(tasks=("cifar10",)))
     records, problems = load_entry(d)
     assert len(records) == 12 and problems == []
+
+
+def test_records_must_come_from_the_committed_plugin(tmp_path, lb):
+    d = tmp_path / "mine"
+    d.mkdir()
+    (d / "plugin.py").write_text("# my compressor\n")
+    h = plugin_file_hash(d / "plugin.py")
+    same, other, builtin = (lb.make_record("cifar10", c, 0) for c in ("fp16", "topk(ratio=0.1)", "none"))
+    same["provenance"]["plugin_hashes"]["plugin:/home/me/plugin.py"] = h
+    other["provenance"]["plugin_hashes"]["plugin:/home/me/plugin.py"] = "f" * 16  # an older version of the plugin
+    lb.write_entry(tmp_path, "mine", [same, other, builtin], plugin="plugin.py", plugin_hash=h)
+    records, problems = load_entries(tmp_path)
+    assert sorted(r["compressor"] for r in records) == ["fp16", "none"]
+    assert len(problems) == 1 and "record was run with other plugin code" in problems[0].reason

@@ -1,0 +1,117 @@
+"""The Streamlit app driven by streamlit.testing's AppTest on fixture records (no browser)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+APP = Path(__file__).resolve().parents[2] / "leaderboard" / "app.py"
+
+
+def _app(monkeypatch, records: Path | None = None, results: Path | None = None) -> AppTest:
+    monkeypatch.setenv("MPCBENCH_RECORDS", str(records) if records else "")
+    monkeypatch.setenv("MPCBENCH_RESULTS", str(results) if results else "")
+    at = AppTest.from_file(str(APP), default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _ranking(at: AppTest):
+    """The ranking table: the first dataframe of the main area."""
+    return at.main.dataframe[0].value
+
+
+@pytest.fixture
+def app(monkeypatch, records_dir) -> AppTest:
+    return _app(monkeypatch, records_dir)
+
+
+def test_ranking_table_and_sections_render(app):
+    table = _ranking(app)
+    assert list(table.columns[:5]) == ["rank", "entry", "compressor", "accuracy", "Δ vs none"]
+    assert {"none", "fp16", "quant(bits=4)", "topk(ratio=0.1)"} <= set(table.compressor)
+    assert "time-to-target @ 1Gbps" in table.columns  # the default network profile
+    subheaders = [s.value for s in app.subheader]
+    assert subheaders == ["Ranking", "Quality versus bytes", "Training curves", "Entry details"]
+    charts = [e for e in app.main if getattr(e, "type", None) == "vega_lite_chart"]
+    assert len(charts) == 2  # Pareto plot and curves
+    detail = app.json[0].value
+    assert '"plugin_hash"' in detail and '"provenance"' in detail and '"submitter"' in detail
+    explanation = [m.value for m in app.markdown if "Best quality at a compression ratio" in m.value]
+    assert explanation and "Welch" in explanation[0]
+
+
+def test_filters_change_the_ranking(app):
+    before = _ranking(app)
+    app.selectbox(key="rule").select("time_to_target").run()
+    app.selectbox(key="network").select("100Gbps").run()
+    fast = _ranking(app)
+    assert fast.compressor.iloc[0] == "none" and "time-to-target @ 100Gbps" in fast.columns
+    app.selectbox(key="network").select("80Mbps").run()
+    slow = _ranking(app)
+    assert slow.compressor.iloc[0] == "quant(bits=4)"
+    assert list(slow.compressor) != list(fast.compressor)
+    assert any("Fastest time-to-target" in m.value for m in app.markdown)
+
+    app.selectbox(key="rule").select("quality_at_ratio").run()
+    app.number_input(key="min_ratio").set_value(3.0).run()
+    eligible = _ranking(app)
+    assert list(eligible[eligible["rank"] != "-"].compressor) == ["quant(bits=4)", "topk(ratio=0.1)"]
+    assert not eligible.equals(before)
+
+    app.selectbox(key="direction").select("forward").run()
+    fwd = _ranking(app)
+    assert "ratio forward" in fwd.columns and "ratio fwd / bwd / dp" not in fwd.columns
+
+    app.selectbox(key="task").select("shakespeare").run()
+    shake = _ranking(app)
+    assert "perplexity" in shake.columns and "hostile-entry" not in set(shake.entry)
+
+
+def test_hostile_text_only_appears_as_text(app, lb, records_dir):
+    hostile = lb.HOSTILE_NAME
+    table = _ranking(app)
+    assert hostile in set(table.compressor)  # shown, verbatim, in a dataframe cell
+    # never through markdown-rendering elements
+    for kind in ("markdown", "caption", "title", "subheader", "header", "warning", "info", "error"):
+        for el in getattr(app, kind):
+            assert "<img" not in str(el.value) and "<script" not in str(el.value), (kind, el.value)
+    app.selectbox(key="detail").select(f"hostile-entry / {hostile}").run()
+    detail = json.loads(app.json[0].value)  # the JSON viewer shows strings as text
+    assert detail["compressor"] == hostile and detail["entry_info"]["name"] == hostile
+    assert not (records_dir / "PWNED").exists()
+
+
+def test_app_source_never_renders_html():
+    src = APP.read_text()
+    for forbidden in ("unsafe_allow_html", "st.html", "components.html", "st.table("):
+        assert forbidden not in src
+    # markdown only ever gets the app's own text: no record fields interpolated into it
+    for call in re.findall(r"st\.(?:markdown|caption|title|header|subheader|write)\((.*)", src):
+        assert "explanation" in call or not re.search(r"\{(?!explanation)", call), call
+
+
+def test_skipped_files_are_listed(app):
+    assert any("2 file(s) or record(s) were skipped" in w.value for w in app.warning)
+    problems = app.main.dataframe[-1].value
+    assert list(problems.columns) == ["path", "reason"]
+    assert any("could not determine a constructor" in r for r in problems.reason)
+    assert any(p.endswith("results.jsonl:1") and "invalid JSON" in r for p, r in zip(problems.path, problems.reason))
+
+
+def test_empty_records_folder_is_friendly(monkeypatch, tmp_path):
+    (tmp_path / "records").mkdir()
+    at = _app(monkeypatch, tmp_path / "records")
+    assert any("No results to show yet" in i.value for i in at.info)
+    assert not at.main.dataframe
+
+
+def test_results_store_source(monkeypatch, tmp_path, lb):
+    store = lb.write_jsonl(tmp_path / "store.jsonl", lb.make_records(tasks=("shakespeare",)))
+    at = _app(monkeypatch, results=store)
+    table = _ranking(at)
+    assert set(table.entry) == {"local"} and "perplexity" in table.columns

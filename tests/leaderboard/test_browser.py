@@ -1,0 +1,41 @@
+"""A real browser: `streamlit run leaderboard/app.py` loaded in headless Chromium over DevTools."""
+
+from __future__ import annotations
+
+import pytest
+
+from leaderboard.screenshot import Browser, find_chromium, serve
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(find_chromium() is None, reason="chromium not installed (apt-get install -y chromium)"),
+    pytest.mark.timeout(120),
+]
+
+# every cell of the ranking grid and its headers, as rendered (glide-data-grid keeps an
+# accessible <table role="grid"> with the visible cells next to its canvas)
+GRID_TEXT_JS = "[...document.querySelectorAll('[data-testid=stDataFrame] [role=grid]')].map(g => g.innerText)"
+
+
+def test_leaderboard_renders_in_chromium(records_dir, lb, tmp_path):
+    png = tmp_path / "leaderboard.png"
+    with serve(["--records", str(records_dir)]) as url, Browser(width=1600) as b:
+        b.goto(url)
+        text = b.wait_for(["Ranking", "Quality versus bytes", "Skipped files and records (2)"])
+        grids = b.eval(GRID_TEXT_JS)
+        assert grids, "no data grid in the DOM"
+        ranking = grids[0]
+        for expected in ("rank", "compressor", "accuracy", "topk(ratio=0.1)", "quant(bits=4)", "fixture-baselines"):
+            assert expected in ranking, expected
+        # the hostile name is on the page as text, and no element came out of it
+        assert lb.HOSTILE_NAME in ranking
+        assert b.eval("[...document.querySelectorAll('img')].filter(i => i.getAttribute('src') === 'x').length") == 0
+        assert b.eval("[...document.scripts].filter(s => s.textContent.includes('pwned')).length") == 0
+        assert b.eval("window.__mpcbench_pwned === undefined")
+        assert "2 file(s) or record(s) were skipped" in text
+        # the Pareto plot and the curves drew
+        assert b.eval("document.querySelectorAll('[data-testid=stVegaLiteChart] canvas, [data-testid=stVegaLiteChart] svg').length") >= 2
+        b.screenshot(png)
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000
+    assert not (records_dir / "PWNED").exists()

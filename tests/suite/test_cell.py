@@ -1,0 +1,253 @@
+"""One cell in an isolated child process: every kind of failure fails only that cell, in one line.
+
+The faults are injected through the runtime entry point (``run_cell(runtime=...)``, a test
+seam) so each failure mode is exercised exactly; a compressor plugin failing under the real
+runtime is covered in test_cli.py and test_pytest_plugin.py. Faults that need a real process
+(crash, exit, hang) run in child processes, concurrently (a child spends most of its
+start-up importing torch); the rest go through ``execute`` / ``interpret`` in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from suite.cell import execute, interpret, run_cell
+from suite.config import CellConfig, CompressionPlan
+from suite.records import validate_record
+from suite.store import ResultsStore, read_jsonl
+
+TINY = str(Path(__file__).resolve().parents[1] / "fixtures" / "tiny_task.py")
+
+FAKE_RUNTIME = textwrap.dedent(
+    '''
+    """Fake runtimes for test_cell.py: each misbehaves in one way."""
+    import ctypes, os, subprocess, sys, time
+    from suite.result import ByteCounts, EvalPoint, RunResult, TimeSplit
+
+    def _result(metric=0.5):
+        return RunResult(
+            final_metric=metric, final_metric_uncompressed=0.5, metric_name="accuracy",
+            higher_is_better=True, target=0.4, reached_target_step=2,
+            curve=[EvalPoint(2, metric, 0.5, 1.0, 0.1)],
+            bytes={"forward": ByteCounts(400, 100, 4), "backward": ByteCounts(400, 200, 4), "dp": ByteCounts()},
+            bytes_per_boundary={"b0.forward": ByteCounts(400, 100, 4), "b0.backward": ByteCounts(400, 200, 4)},
+            bytes_per_step={"forward": 50.0, "backward": 100.0, "dp": 0.0},
+            time=TimeSplit(0.01, 0.005, 0.001, 0.001, 0.05, 0.01),
+            modeled={"1Gbps": {"step_s": 0.01, "total_s": 0.05, "time_to_target_s": 0.02, "comm_s_per_step": 0.0}},
+            steps=2, n_stages=2, dp=1, microbatches=2, schedule="1f1b", mode="single", device="cpu")
+
+    def ok(config):
+        print("training output goes to the log")
+        return _result()
+
+    def nan_metric(config):
+        return _result(float("nan"))
+
+    def garbage(config):
+        return {"final_metric": 1.0}
+
+    def negative_bytes(config):
+        r = _result()
+        r.bytes["forward"].wire = -5
+        return r
+
+    def raises(config):
+        raise ValueError("bad value\\nsecond line of the message")
+
+    def hard_exit(config):
+        os._exit(3)
+
+    def segfault(config):
+        ctypes.string_at(0)
+
+    def system_exit(config):
+        sys.exit(4)
+
+    def hang(config):
+        p = subprocess.Popen(["sleep", "600"])  # a grandchild that must not outlive the cell
+        with open(os.environ["MPCBENCH_TEST_PIDFILE"], "w") as f:
+            f.write(str(p.pid))
+        time.sleep(600)
+    '''
+)
+
+# faults that need a real child process: name -> (status, substrings of the one-line error)
+CHILD_CASES = {
+    "raises": ("failed", ["ValueError: bad value second line of the message"]),
+    "hard_exit": ("failed", ["exited with code 3 without a result"]),
+    "segfault": ("failed", ["crashed with SIGSEGV"]),
+    "hang": ("timeout", ["time limit of 20 s"]),
+}
+HANG_LIMIT_S = 20.0  # generous: the child's start-up (importing torch) counts against it
+
+
+def _config(seed: int = 0) -> CellConfig:
+    return CellConfig(task="tiny", seed=seed, plan=CompressionPlan("fp16", "fp16"), plugins=(TINY,))
+
+
+@pytest.fixture(scope="module")
+def fake_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fake")
+    (tmp / "fake_runtime.py").write_text(FAKE_RUNTIME)
+    return tmp
+
+
+@pytest.fixture(scope="module")
+def outcomes(fake_dir):
+    pidfile = fake_dir / "grandchild.pid"
+    old = dict(os.environ)
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(fake_dir), os.environ.get("PYTHONPATH", "")])
+    os.environ["MPCBENCH_TEST_PIDFILE"] = str(pidfile)
+    store = ResultsStore(fake_dir / "store.jsonl")
+    try:
+
+        def one(item):
+            i, name = item
+            limit = HANG_LIMIT_S if name == "hang" else 300.0
+            t0 = time.perf_counter()
+            rec = run_cell(_config(i), log_dir=store.log_dir, time_limit_s=limit, runtime=f"fake_runtime:{name}")
+            store.append(rec)
+            return name, (rec, time.perf_counter() - t0)
+
+        with ThreadPoolExecutor(max_workers=len(CHILD_CASES)) as pool:
+            results = dict(pool.map(one, enumerate(CHILD_CASES)))
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    return results, store, pidfile
+
+
+@pytest.mark.parametrize("name", list(CHILD_CASES))
+def test_child_fault_fails_only_its_cell_with_one_line(outcomes, name):
+    results, _, _ = outcomes
+    rec, _ = results[name]
+    status, parts = CHILD_CASES[name]
+    assert rec["status"] == status, rec["error"]
+    validate_record(rec)
+    err = rec["error"]
+    assert "\n" not in err and "Traceback" not in err
+    for p in parts:
+        assert p in err, err
+    assert rec["final_metric"] is None and rec["bytes"] is None  # null metrics
+
+
+def test_traceback_and_output_go_to_the_log(outcomes):
+    results, store, _ = outcomes
+    log = Path(results["raises"][0]["log"])
+    assert log.parent == store.log_dir
+    text = log.read_text()
+    assert "Traceback (most recent call last)" in text and "ValueError: bad value" in text
+    assert "Fatal Python error" in Path(results["segfault"][0]["log"]).read_text()  # faulthandler's stack
+
+
+def test_store_stays_valid_with_every_fault(outcomes):
+    _, store, _ = outcomes
+    records, problems = read_jsonl(store.path)
+    assert problems == []
+    assert sorted(r["status"] for r in records) == sorted(s for s, _ in CHILD_CASES.values())
+
+
+def test_timeout_kills_the_whole_process_group(outcomes):
+    results, _, pidfile = outcomes
+    _, took = results["hang"]
+    assert took < HANG_LIMIT_S + 20.0  # limit + kill grace, not the 600 s the cell wanted
+    pid = int(pidfile.read_text())
+    assert _gone(pid, 5.0), "the cell's grandchild survived the timeout"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    deadline = time.time() + within_s
+    while time.time() < deadline and _alive(pid):
+        time.sleep(0.1)
+    return not _alive(pid)
+
+
+# in-process: what the child writes, and how the parent reads it -------------------------------
+@pytest.mark.parametrize(
+    "name, status, parts",
+    [
+        ("ok", "ok", []),
+        ("garbage", "failed", ["TypeError: fake_runtime:garbage returned dict, not a RunResult"]),
+        ("system_exit", "failed", ["SystemExit: 4"]),
+        ("nan_metric", "failed", ["invalid result: final_metric is not finite (nan)"]),
+        ("negative_bytes", "failed", ["invalid result: bytes forward.wire must be a non-negative integer, got -5"]),
+    ],
+)
+def test_execute_and_interpret(fake_dir, tmp_path, monkeypatch, capsys, name, status, parts):
+    monkeypatch.syspath_prepend(str(fake_dir))
+    cfg_file, out_file = tmp_path / "config.json", tmp_path / "out.json"
+    cfg_file.write_text(json.dumps(_config().to_dict()))
+    rc = execute(cfg_file, out_file, runtime=f"fake_runtime:{name}")
+    payload = json.loads(out_file.read_text())
+    assert payload["provenance"]["machine"]["python"]
+    rec = interpret(_config().validate(), payload, rc, wall_s=1.0, log=tmp_path / "cell.log")
+    validate_record(rec)
+    assert rec["status"] == status, rec["error"]
+    if status == "ok":
+        assert rc == 0 and rec["error"] is None and rec["final_metric"] == 0.5
+        assert rec["compression_ratio"] == {"forward": 4.0, "backward": 2.0, "dp": None, "total": 800 / 300}
+        assert rec["bytes"]["forward"] == {"raw": 400, "wire": 100, "messages": 4}
+        assert rec["provenance"]["plugin_hashes"]["fp16"]
+        return
+    assert "\n" not in rec["error"]
+    for p in parts:
+        assert p in rec["error"], rec["error"]
+    assert "=== failed:" in (tmp_path / "cell.log").read_text()
+
+
+def test_interpret_without_output_and_timeouts():
+    cfg = _config()
+    assert "exited with code 3" in interpret(cfg, None, 3)["error"]
+    assert "crashed with SIGKILL" in interpret(cfg, None, -9)["error"]
+    rec = interpret(cfg, None, -15, timed_out=True, limit=7)
+    assert rec["status"] == "timeout" and "time limit of 7 s" in rec["error"]
+    assert "unknown error" in interpret(cfg, {"ok": False}, 1)["error"]
+    assert interpret(cfg, {"ok": True, "result": {"bogus": 1}}, 0)["error"].startswith("invalid result: ")
+
+
+def test_broken_plugin_cell_is_recorded_without_running(tmp_path):
+    from suite.matrix import PlannedCell
+
+    rec = run_cell(PlannedCell(_config(), error="plugin 'x.py' failed to import: ImportError: nope"), log_dir=tmp_path)
+    assert rec["status"] == "failed" and rec["error"].startswith("plugin 'x.py' failed to import")
+    assert "not run" in Path(rec["log"]).read_text()
+
+
+def test_child_dies_with_the_runner(fake_dir, tmp_path):
+    """SIGKILL the runner mid-cell: the child notices and kills its own process group."""
+    pidfile = tmp_path / "grandchild.pid"
+    script = textwrap.dedent(
+        f"""
+        from suite.cell import run_cell
+        from suite.config import CellConfig
+        run_cell(CellConfig(task="tiny", plugins=({TINY!r},)), log_dir={str(tmp_path)!r},
+                 time_limit_s=600, runtime="fake_runtime:hang")
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=str(fake_dir), MPCBENCH_TEST_PIDFILE=str(pidfile))
+    runner = subprocess.Popen([sys.executable, "-c", script], env=env)
+    deadline = time.time() + 120
+    while not pidfile.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert pidfile.exists()
+    os.kill(runner.pid, signal.SIGKILL)
+    runner.wait()
+    assert _gone(int(pidfile.read_text()), 10.0), "training kept running after the runner was killed"

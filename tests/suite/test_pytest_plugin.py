@@ -1,0 +1,102 @@
+"""The pytest entry: ``pytest suite --tier smoke`` on the tiny task, a broken plugin, resume, options."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from suite.store import read_jsonl
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[2]
+SUITE = REPO / "suite"
+TINY = str(REPO / "tests" / "fixtures" / "tiny_task.py")
+
+EXPLODE = '''
+from compressors import Compressor, register
+
+
+@register("explode")
+class Explode(Compressor):
+    """Fault injection: raises in compress."""
+
+    def compress(self, x, info):
+        raise RuntimeError("kaboom in compress\\nsecond line")
+
+    def decompress(self, payload, info):
+        return payload[0]
+'''
+
+
+def _pytest(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", str(SUITE), "-p", "no:cacheprovider", "-rs", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_matrix_run_broken_plugin_and_resume(tmp_path):
+    (tmp_path / "explode.py").write_text(EXPLODE)
+    store = tmp_path / "out" / "store.jsonl"
+    bench = tmp_path / "bench.json"
+    common = ["--tier", "smoke", "--task", "tiny", "--plugin", TINY, "--results", str(store)]
+    r = _pytest(*common, "--plugin", "explode.py", "--compressor", "fp16", "--compressor", "explode",
+                "--benchmark-json", str(bench), cwd=tmp_path)  # fmt: skip
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "2 passed" in out and "1 failed" in out, out
+    assert "test_cell[tiny-explode-seed0]" in out
+    assert "failed: RuntimeError: kaboom in compress second line" in out  # one line, no traceback
+    records, problems = read_jsonl(store)
+    assert problems == []
+    by = {r["cell_id"]: r for r in records}
+    assert set(by) == {"tiny-none-seed0", "tiny-fp16-seed0", "tiny-explode-seed0"}
+    assert by["tiny-explode-seed0"]["status"] == "failed"
+    assert by["tiny-explode-seed0"]["error"] == "RuntimeError: kaboom in compress second line"
+    assert by["tiny-fp16-seed0"]["status"] == "ok" and by["tiny-fp16-seed0"]["compression_ratio"]["forward"] > 1.5
+    assert Path(by["tiny-explode-seed0"]["log"]).read_text().count("Traceback") >= 1
+    assert len(pd.read_json(store, lines=True)) == 3
+    # --benchmark-json carries the timing and everything the store has
+    benches = {b["extra_info"]["cell_id"]: b for b in json.loads(bench.read_text())["benchmarks"]}
+    fp16 = benches["tiny-fp16-seed0"]
+    assert fp16["stats"]["rounds"] == 1 and fp16["stats"]["mean"] > 0
+    assert fp16["extra_info"]["final_metric"] == by["tiny-fp16-seed0"]["final_metric"]
+    assert fp16["extra_info"]["bytes"]["forward"]["wire"] > 0
+    assert set(fp16["extra_info"]["modeled_time_to_target_s"]) >= {"1Gbps"}
+    assert benches["tiny-explode-seed0"]["extra_info"]["status"] == "failed"
+
+    # resume: the same cells again are skipped as "already in store"; nothing is appended
+    r = _pytest(*common, "--compressor", "fp16", cwd=tmp_path)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "2 skipped" in out and "already in store" in out, out
+    assert len(read_jsonl(store)[0]) == 3
+
+
+def test_options_do_not_interfere_with_other_runs(pytester):
+    pytester.makepyfile(test_plain="def test_one():\n    assert 1 + 1 == 2\n")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert not (pytester.path / "results").exists()
+    help_text = pytester.runpytest_inprocess("--help").stdout.str()
+    for opt in ("--tier", "--mpcbench-tier", "--compressor", "--results", "--cell-timeout", "--plugin"):
+        assert opt in help_text
+
+
+def test_bad_selection_is_a_one_line_collection_error(pytester):
+    result = pytester.runpytest_inprocess(str(SUITE), "-p", "no:cacheprovider", "--task", "imagenet")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    out = result.stdout.str()
+    assert "mpcbench: unknown task 'imagenet'; valid tasks:" in out
+    assert "Traceback" not in out and "During handling" not in out
+    result = pytester.runpytest_inprocess(str(SUITE), "-p", "no:cacheprovider", "--seeds", "a,b")
+    assert "mpcbench: --seeds: 'a,b' is not a seed count" in result.stdout.str()

@@ -1,0 +1,36 @@
+"""Missing data: a one-line DataMissingError saying where to put the file and how to get it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks import DataMissingError, build_task
+
+# task -> (what the message must name, how to get it)
+EXPECT = {
+    "cifar10": ("cifar10-jpg.tar.gz", "MPCBENCH_OFFLINE"),
+    "sst2": ("sst2/train.tsv", "dl.fbaipublicfiles.com/glue"),
+    "shakespeare": ("tinyshakespeare/input.txt", "karpathy/char-rnn"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECT))
+def test_missing_data_says_where_and_how(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("MPCBENCH_OFFLINE", "1")  # no download attempt
+    monkeypatch.setenv("MPCBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    task = build_task(name, tier="smoke", data_dir=tmp_path / "nodata")
+    with pytest.raises(DataMissingError) as err:
+        next(iter(task.train_batches()))
+    msg = str(err.value)
+    where, how = EXPECT[name]
+    assert str(tmp_path / "nodata") in msg and where in msg and how in msg
+    assert "MPCBENCH_DATA_DIR" in msg
+    assert "\n" not in msg
+
+
+def test_sst2_unknown_model_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPCBENCH_SST2_MODEL", str(tmp_path / "no-model"))
+    task = build_task("sst2", tier="smoke")
+    assert task.describe()["model"] == str(tmp_path / "no-model")
+    with pytest.raises(DataMissingError, match="MPCBENCH_SST2_MODEL"):
+        task.build_stages(2)
