@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> None:
         hide_index=True,
         width="stretch",
         key="ranking_table",
+        column_config={c: st.column_config.TextColumn(width="medium") for c in ("entry", "compressor")},
     )
 
     # ------------------------------------------------------------------ Pareto plot

@@ -578,7 +578,7 @@ def display_table(ranked: pd.DataFrame, *, network: str | None = None, direction
     quality ``mean ± std (n)``, delta with significance marker, compression ratio per direction
     (``-``: nothing sent that way) and for ``direction``, wire bytes per step, measured step and
     train time, modeled time-to-target at ``network`` with how many seeds reached the target,
-    and the number of failed seeds."""
+    and the number of failed seeds (column left out when none failed)."""
     rows = []
     names = [n for n in ranked.get("metric_name", pd.Series(dtype=str)) if n]
     metric_header = names[0] if names else "quality"
@@ -615,4 +615,7 @@ def display_table(ranked: pd.DataFrame, *, network: str | None = None, direction
         else:
             row["failed"] = ""
         rows.append(row)
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    if "failed" in table and not table["failed"].astype(bool).any():
+        table = table.drop(columns="failed")  # no failures here: no empty column
+    return table

@@ -209,6 +209,17 @@ class Browser:
         missing = [t for t in texts if t not in text]
         raise TimeoutError(f"page did not show {missing} within {timeout:.0f}s; it shows: {text[:500]!r}")
 
+    def wait_js(self, expression: str, *, timeout: float = 30.0) -> Any:
+        """Poll a page expression until it is truthy; return its value."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = self.eval(expression)
+            if value or time.monotonic() > deadline:
+                if not value:
+                    raise TimeoutError(f"page never satisfied {expression!r} within {timeout:.0f}s")
+                return value
+            time.sleep(0.3)
+
     def screenshot(self, path: str | Path, *, width: int | None = None, full_page: bool = True) -> Path:
         """PNG of the page; with ``full_page`` the viewport first grows to the app's content height."""
         if full_page:
@@ -243,7 +254,7 @@ def capture(
     out: str | Path,
     *,
     wait_for: list[str] = ("Ranking",),
-    width: int = 1600,
+    width: int = 1800,
     timeout: float = 60.0,
 ) -> str:
     """Serve the app with ``app_args``, load it, wait for ``wait_for``, save a PNG to ``out``;
@@ -260,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out", help="PNG file to write")
     p.add_argument("--results", action="append", default=[], help="results store (repeatable)")
     p.add_argument("--records", action="append", default=[], help="records folder (repeatable)")
-    p.add_argument("--width", type=int, default=1600)
+    p.add_argument("--width", type=int, default=1800)
     p.add_argument("--timeout", type=float, default=90.0)
     a = p.parse_args(argv)
     app_args = [x for r in a.results for x in ("--results", r)] + [x for r in a.records for x in ("--records", r)]

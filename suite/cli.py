@@ -283,9 +283,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         elif path.is_dir():
             from leaderboard.submissions import load_entries, load_entry
 
-            if (path / "entry.yaml").exists() or not any(p.is_dir() for p in path.iterdir()):
+            # an entry folder has entry.yaml or results files; anything else is a records/ root
+            if (path / "entry.yaml").exists() or any(p.suffix == ".jsonl" for p in path.iterdir()):
                 records, probs = load_entry(path)
-            else:  # a records/ root: every entry in it
+            else:
                 records, probs = load_entries(path)
             problems, n, what = [str(p) for p in probs], len(records), "records"
         elif path.exists():
@@ -379,12 +380,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)  # before the imports: --help and typos stay instant
+
     from compressors.api import CompressorError
 
     from .config import ConfigError
     from .store import StoreError
 
-    args = build_parser().parse_args(argv)
     if getattr(args, "results", "") is None:
         args.results = ["results/store.jsonl"]
     try:

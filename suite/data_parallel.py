@@ -21,8 +21,8 @@ same thing ``torch.distributed.pipelining`` does), so exactly one reduction per 
 Counted bytes (key ``dp.s{stage}.allreduce|allgather``): the bytes each replica contributes
 per collective call (the size exchange of the all-gather path included), summed over
 replicas; raw = the bucket's uncompressed gradient. Not counted: DDP's one-time parameter
-broadcast at construction (replicas start identical anyway); buffers are not broadcast
-(``broadcast_buffers=False``). Learned compressors' parameters (not inside the DDP module)
+and buffer broadcast at construction (replicas start identical anyway); buffers are not
+synchronized during training (``forward_sync_buffers=False``). Learned compressors' parameters (not inside the DDP module)
 are averaged with a plain all-reduce after backward, counted the same way.
 """
 
@@ -213,7 +213,7 @@ def wrap_stage(module: nn.Module, group: Any, device: torch.device, hook: Compre
         module,
         device_ids=[device.index] if device.type == "cuda" else None,
         process_group=group,
-        broadcast_buffers=False,
+        forward_sync_buffers=False,  # no hidden buffer traffic during training
     )
 
     def compressed_reduce_hook(state, bucket):  # DDP inspects the hook's name and annotations

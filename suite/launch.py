@@ -112,8 +112,9 @@ def _marked_pids(run_dir: Path) -> list[int]:
             continue
         try:
             if needle in (entry / "environ").read_bytes() + b"\0":
-                out.append(int(entry.name))
-        except OSError:
+                if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":  # zombies are dead
+                    out.append(int(entry.name))
+        except (OSError, IndexError):
             continue
     return out
 

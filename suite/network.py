@@ -35,6 +35,7 @@ choice), using ring-collective costs for d replicas and n bytes contributed per 
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
@@ -182,7 +183,8 @@ class TimingInputs:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-ready (lists, not tuples): equal to its own JSON round trip."""
+        return json.loads(json.dumps(asdict(self)))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TimingInputs":

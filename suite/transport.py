@@ -101,6 +101,8 @@ def unframe(buf: Tensor) -> tuple[Payload, torch.Size, torch.dtype]:
     out = []
     for dt, shp in metas:
         nbytes = math.prod(shp) * torch.empty((), dtype=dt).element_size()
+        if off + nbytes > buf.numel():
+            raise TransportError(f"malformed message: header describes more than the {buf.numel()}-byte buffer")
         out.append(buf[off : off + nbytes].clone().view(dt).reshape(shp))
         off += nbytes
     if off != buf.numel():

@@ -79,9 +79,11 @@ class PowerSGD(Compressor):
             q = torch.randn(nm[1], r, generator=info.generator(_SALT_INIT_Q)).to(device)
         return q
 
-    def _keep_q(self, info: TensorInfo, nm: tuple[int, int], q: Tensor) -> None:
+    def _keep_q(self, info: TensorInfo, nm: tuple[int, int], q: Tensor, q_used: Tensor) -> None:
         if self.warm_start and info.training:
-            self._q[(info.microbatch, *nm)] = q
+            # a zero tensor gives Q = 0, which would pin every later P to one fixed basis:
+            # keep the previous Q then (chosen on device, no sync)
+            self._q[(info.microbatch, *nm)] = torch.where((q != 0).any(), q, q_used)
 
     def _matrix(self, x: Tensor, info: TensorInfo) -> tuple[Tensor, tuple[int, int]]:
         nm = powersgd_matrix_shape(x.shape)
@@ -94,11 +96,12 @@ class PowerSGD(Compressor):
             empty = torch.empty(0, dtype=wire, device=x.device)
             return empty, empty
         m, nm = self._matrix(x, info)
-        p = m @ self._initial_q(info, nm, x.device)  # (n, r)
+        q0 = self._initial_q(info, nm, x.device)  # (m, r)
+        p = m @ q0  # (n, r)
         require_finite(x, info, self.name, summary=p.sum())  # NaN/Inf anywhere in M reach M Q
         p = _orthonormalize(p)
         q = m.T @ p  # (m, r)
-        self._keep_q(info, nm, q)
+        self._keep_q(info, nm, q, q0)
         return p.to(wire).contiguous(), q.to(wire).contiguous()
 
     def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:
@@ -120,7 +123,8 @@ class PowerSGD(Compressor):
             return torch.zeros_like(x)
         wire = x.dtype if x.dtype.is_floating_point else torch.float32
         m, nm = self._matrix(x, info)
-        p_local = m @ self._initial_q(info, nm, x.device)  # (n, r)
+        q0 = self._initial_q(info, nm, x.device)  # (m, r), identical on every replica
+        p_local = m @ q0  # (n, r)
         r = p_local.shape[1]
         one = torch.ones(1, dtype=wire, device=x.device)
         summed = all_reduce(torch.cat([p_local.to(wire).reshape(-1), one])).float()
@@ -134,7 +138,7 @@ class PowerSGD(Compressor):
         replicas = summed[-1]
         p = _orthonormalize(summed[:-1].view(nm[0], r))
         q = all_reduce((m.T @ p).to(wire)).float() / replicas  # (m, r) mean
-        self._keep_q(info, nm, q)
+        self._keep_q(info, nm, q, q0)
         return (p @ q.T).reshape(-1)[: x.numel()].reshape(x.shape).to(x.dtype)
 
     def reset(self) -> None:

@@ -25,6 +25,7 @@ __all__ = ["Quant", "QSGD"]
 _SCALES = ("tensor", "row", "block")
 _ROUNDINGS = ("nearest", "stochastic")
 _SALT_ROUNDING = 0x51  # separates the rounding noise stream from other uses of info.seed
+_TINY = torch.finfo(torch.float32).tiny
 
 
 def _empty_like_info(info: TensorInfo) -> Tensor:
@@ -94,14 +95,15 @@ class Quant(Compressor):
             scales = (torch.stack([lo, step], dim=1) / mag).to(torch.float16)  # (G, 2) fp16
             extra = (mag,)
             lo, step = (scales.float() * mag).unbind(1)  # what the receiver will use
-        safe_step = torch.where(step > 0, step, torch.ones_like(step))
-        t = (g - lo[:, None]) / safe_step[:, None]  # in [0, levels] up to scale rounding
+        # zero (or subnormal) range: every code 0, decoded as lo; 1/step stays finite otherwise
+        inv_step = torch.where(step >= _TINY, 1.0 / step, torch.zeros_like(step))
+        t = (g - lo[:, None]).mul_(inv_step[:, None])  # (G, S) in [0, levels] up to scale rounding
         if self.rounding == "nearest":
-            codes = torch.round(t)
+            t.round_()
         else:
             gen = device_generator(info, x.device, _SALT_ROUNDING)
-            codes = torch.floor(t + torch.rand(t.shape, generator=gen, device=t.device))
-        codes = codes.clamp_(0, self.levels).to(torch.uint8).reshape(-1)[:n]
+            t.add_(torch.rand(t.shape, generator=gen, device=t.device)).floor_()
+        codes = t.clamp_(0, self.levels).to(torch.uint8).reshape(-1)[:n]
         return (pack(codes, self.bits), scales.contiguous(), *extra)
 
     def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:
@@ -156,11 +158,11 @@ class QSGD(Compressor):
         v = self._buckets(x.detach().reshape(-1).float())  # (G, d)
         norms = torch.linalg.vector_norm(v, dim=1)  # (G,)
         require_finite(x, info, self.name, summary=norms)
-        safe = torch.where(norms > 0, norms, torch.ones_like(norms))
-        r = v.abs() / safe[:, None] * self.levels  # in [0, levels]
+        scale = torch.where(norms >= _TINY, self.levels / norms, torch.zeros_like(norms))  # (G,)
+        r = v.abs().mul_(scale[:, None])  # |v| / norm * levels, in [0, levels]
         gen = device_generator(info, x.device, _SALT_ROUNDING)
-        xi = torch.floor(r + torch.rand(r.shape, generator=gen, device=r.device)).clamp_(0, self.levels)
-        codes = (torch.sign(v) * xi + self.levels).to(torch.uint8).reshape(-1)[:n]
+        xi = r.add_(torch.rand(r.shape, generator=gen, device=r.device)).floor_().clamp_(0, self.levels)
+        codes = xi.copysign_(v).add_(self.levels).to(torch.uint8).reshape(-1)[:n]  # sign*xi + levels
         return pack(codes, self.bits), norms
 
     def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:

@@ -14,11 +14,12 @@ encodings is smaller for this call, chosen by exact byte count:
 
 * ``BITMAP``: one bit per element of the tensor, ``ceil(numel / 8)`` bytes;
 * ``DELTA``: sorted positions as gaps ``p[i] - p[i-1] - 1`` (``p[-1] = -1``), each packed
-  in ``w`` bits, ``w`` = bit length of the largest gap, ``ceil(k * w / 8)`` bytes.
+  in ``w`` bits, ``w`` = bit length of the largest gap: ``packed_nbytes(k, w)`` bytes
+  (``ceil(k * w / 8)`` up to 2 bytes; see :mod:`.bitpack`).
 
 Fixed-width absolute indices (int32, int16, uint8 or ``ceil(log2 numel)``-bit packed)
-are never smaller than ``DELTA``, because every gap is below ``numel``; so they are not
-separate options. A 2-byte ``tag`` (encoding, w) travels with the payload, so the
+are not separate options: every gap is below ``numel``, so ``DELTA`` is never larger
+(up to the 2-byte plane rounding of :mod:`.bitpack`). A 2-byte ``tag`` (encoding, w) travels with the payload, so the
 receiver decodes from the payload alone; ``k`` is the number of values.
 Payload: ``(values (k,) in the input dtype, index bytes uint8, tag uint8 (2,))``.
 """
@@ -33,7 +34,7 @@ from torch import Tensor
 from ..api import Compressor, CompressorError, Payload, TensorInfo
 from ..registry import check_range, register
 from ._common import device_generator, require_finite
-from .bitpack import pack, packed_nbytes, unpack
+from .bitpack import pack, pack_wide, packed_nbytes, unpack, unpack_wide
 
 __all__ = ["TopK", "RandomK", "Threshold", "encode_positions", "decode_into", "BITMAP", "DELTA"]
 
@@ -45,22 +46,6 @@ _SALT_SAMPLE = 0x53
 def _count(ratio: float, n: int) -> int:
     """Number of values kept out of ``n`` at ``ratio``: at least 1 (if n > 0), at most n."""
     return min(n, max(1, math.ceil(ratio * n - 1e-9))) if n else 0
-
-
-def _pack_wide(values: Tensor, w: int) -> Tensor:
-    """Pack non-negative int64 values into ``w``-bit codes (LSB-first stream, as bitpack)."""
-    if w <= 8:
-        return pack(values, w)
-    shifts = torch.arange(w, dtype=torch.int64, device=values.device)
-    return pack((values[:, None] >> shifts) & 1, 1)  # (k, w) bit matrix -> same stream
-
-
-def _unpack_wide(packed: Tensor, w: int, k: int) -> Tensor:
-    if w <= 8:
-        return unpack(packed, w, k).to(torch.int64)
-    bits = unpack(packed, 1, k * w).to(torch.int64).view(k, w)
-    shifts = torch.arange(w, dtype=torch.int64, device=packed.device)
-    return (bits << shifts).sum(dim=1)
 
 
 def encode_positions(pos: Tensor, n: int) -> tuple[Tensor, Tensor]:
@@ -78,7 +63,7 @@ def encode_positions(pos: Tensor, n: int) -> tuple[Tensor, Tensor]:
         mask = torch.zeros(n, dtype=torch.uint8, device=dev)
         mask[pos] = 1
         return pack(mask, 1), torch.tensor([BITMAP, 1], dtype=torch.uint8, device=dev)
-    return _pack_wide(gaps, w), torch.tensor([DELTA, w], dtype=torch.uint8, device=dev)
+    return pack_wide(gaps, w), torch.tensor([DELTA, w], dtype=torch.uint8, device=dev)
 
 
 def decode_into(values: Tensor, index: Tensor, tag: Tensor, n: int) -> Tensor:
@@ -92,7 +77,7 @@ def decode_into(values: Tensor, index: Tensor, tag: Tensor, n: int) -> Tensor:
         mask = unpack(index, 1, n).bool()
         return out.masked_scatter_(mask, values)
     if enc == DELTA:
-        pos = torch.cumsum(_unpack_wide(index, w, k) + 1, dim=0) - 1
+        pos = torch.cumsum(unpack_wide(index, w, k) + 1, dim=0) - 1
         return out.index_put_((pos,), values)
     raise CompressorError(f"sparse payload: unknown index encoding tag {enc}; corrupt payload?")
 

@@ -104,6 +104,13 @@ def test_evaluation_passes_do_not_update_the_state():
     assert all(torch.equal(q[k], c._q[k]) for k in q)
 
 
+def test_a_zero_step_does_not_stall_the_warm_start():
+    c = PowerSGD(rank=2)
+    _rt(c, torch.zeros(20, 10), step=0)
+    x = _low_rank(20, 10, 2)
+    assert _rel(x, _rt(c, x, step=1, seed=1)[1]) < 1e-4  # not stuck on the basis e_1, e_2
+
+
 def test_initial_q_comes_from_the_seed():
     x = torch.randn(40, 30, generator=_gen(1))
     a = PowerSGD(rank=3).compress(x, _info(x, seed=5))

@@ -38,7 +38,8 @@ def _delta_nbytes(pos: torch.Tensor) -> int:
     """Independent size of the delta encoding: k gaps of bit_length(max gap) bits."""
     gaps = [b - a - 1 for a, b in zip([-1] + pos.tolist()[:-1], pos.tolist())]
     w = max(1, max(gaps).bit_length())
-    return math.ceil(len(gaps) * w / 8)
+    planes = [8] * (w // 8) + [p for p in (4, 2, 1) if (w % 8) & p]  # bitpack's layout
+    return sum(math.ceil(len(gaps) * p / 8) for p in planes)
 
 
 # --------------------------------------------------------------------------- encodings

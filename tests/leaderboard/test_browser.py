@@ -15,6 +15,7 @@ pytestmark = [
 # every cell of the ranking grid and its headers, as rendered (glide-data-grid keeps an
 # accessible <table role="grid"> with the visible cells next to its canvas)
 GRID_TEXT_JS = "[...document.querySelectorAll('[data-testid=stDataFrame] [role=grid]')].map(g => g.innerText)"
+CHARTS_JS = "document.querySelectorAll('[data-testid=stVegaLiteChart] canvas, [data-testid=stVegaLiteChart] svg').length"
 
 
 def test_leaderboard_renders_in_chromium(records_dir, lb, tmp_path):
@@ -22,9 +23,7 @@ def test_leaderboard_renders_in_chromium(records_dir, lb, tmp_path):
     with serve(["--records", str(records_dir)]) as url, Browser(width=1600) as b:
         b.goto(url)
         text = b.wait_for(["Ranking", "Quality versus bytes", "Skipped files and records (2)"])
-        grids = b.eval(GRID_TEXT_JS)
-        assert grids, "no data grid in the DOM"
-        ranking = grids[0]
+        ranking = b.wait_js(f"({GRID_TEXT_JS})[0]")  # the first grid: the ranking table
         for expected in ("rank", "compressor", "accuracy", "topk(ratio=0.1)", "quant(bits=4)", "fixture-baselines"):
             assert expected in ranking, expected
         # the hostile name is on the page as text, and no element came out of it
@@ -34,7 +33,7 @@ def test_leaderboard_renders_in_chromium(records_dir, lb, tmp_path):
         assert b.eval("window.__mpcbench_pwned === undefined")
         assert "2 file(s) or record(s) were skipped" in text
         # the Pareto plot and the curves drew
-        assert b.eval("document.querySelectorAll('[data-testid=stVegaLiteChart] canvas, [data-testid=stVegaLiteChart] svg').length") >= 2
+        assert b.wait_js(f"{CHARTS_JS} >= 2 && {CHARTS_JS}") >= 2
         b.screenshot(png)
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000

@@ -87,9 +87,13 @@ def test_n_too_small_gives_nan_p_and_a_marker(lb):
 def test_failed_seeds_are_counted_not_averaged(lb):
     recs = lb.make_records(tasks=("cifar10",), compressors=("none", "fp16"))
     recs.append(lb.make_record("cifar10", "fp16", 3, status="failed", error="CompressorError: NaN in payload"))
-    row = _row(aggregate(to_frame(recs)), "cifar10", "fp16")
+    agg = aggregate(to_frame(recs))
+    row = _row(agg, "cifar10", "fp16")
     assert row.n == 3 and row.n_failed == 1
     assert row.metric_mean == pytest.approx(np.mean([r["final_metric"] for r in recs[3:6]]))
+    table = ranking.display_table(rank(agg, "pareto"))
+    assert dict(zip(table.compressor, table.failed)) == {"none": "", "fp16": "1"}
+    assert "failed" not in ranking.display_table(rank(agg[agg.compressor == "none"], "pareto"))
 
 
 def test_time_to_target_mean_over_reached_seeds_and_fraction(lb):

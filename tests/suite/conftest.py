@@ -36,10 +36,10 @@ def fixture_paths(tiny_task: str) -> dict[str, str]:
 
 @pytest.fixture
 def tiny_cell(tiny_task: str) -> Callable[..., CellConfig]:
-    def make(plan: Any = "none", plugins: tuple[str, ...] = (), **fields: Any) -> CellConfig:
+    def make(plan: Any = "none", plugins: tuple[str, ...] = (), task: str = "tiny", **fields: Any) -> CellConfig:
         if not isinstance(plan, CompressionPlan):
             plan = CompressionPlan.from_dict(plan)
-        return CellConfig(task="tiny", plan=plan, plugins=(TINY_TASK, RUNTIME_PLUGINS, *plugins), **fields)
+        return CellConfig(task=task, plan=plan, plugins=(TINY_TASK, RUNTIME_PLUGINS, *plugins), **fields)
 
     return make
 

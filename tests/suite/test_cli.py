@@ -1,0 +1,158 @@
+"""The ``mpcbench`` command: list, run (with resume and a broken plugin), report, validate."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import uuid
+from io import StringIO
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from compressors import registry
+from suite.cli import main
+from suite.store import ResultsStore, dump_record, read_jsonl
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = str(REPO / "tests" / "fixtures" / "tiny_task.py")
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_list_compressors_with_params_roles_and_broken_plugins(capsys, monkeypatch):
+    registry.discover()
+    monkeypatch.setitem(
+        registry._PLUGIN_ERRORS, "badplug", "plugin 'badplug' (bad_pkg.mod:Bad) failed to import: ImportError: no bad_dep"
+    )
+    rc, out, _ = cli(capsys, "list", "compressors")
+    assert rc == 0
+    assert "topk" in out and "params: ratio=0.1, per_sample=false" in out
+    assert "roles: activation, activation_grad, weight_grad" in out
+    assert "ef " in out and "inner=<required>" in out
+    assert "requires: residual_subspace" in out
+    assert "broken plugins (1)" in out and "badplug" in out and "ImportError: no bad_dep" in out
+
+
+def test_list_tasks_and_tiers(capsys):
+    rc, out, _ = cli(capsys, "list", "tasks", "tiers", "--plugin", TINY)
+    assert rc == 0
+    for text in ("cifar10", "sst2", "shakespeare", "tiny", "accuracy", "smoke", "quick", "full", "cell time limit"):
+        assert text in out, text
+
+
+def _more_seeds(records: list[dict], n: int) -> list[dict]:
+    """Synthetic extra seeds of real records (for the multi-seed report only)."""
+    out = []
+    for r in records:
+        if r["status"] != "ok":
+            continue
+        for seed in range(1, n):
+            c = copy.deepcopy(r)
+            c.update(seed=seed, record_id=uuid.uuid4().hex, cell_key=f"{r['cell_key'][:12]}{seed:04d}")
+            c["final_metric"] = r["final_metric"] + (0.01 * seed if r["compressor"] == "none" else -0.2 - 0.01 * seed)
+            out.append(c)
+    return out
+
+
+def test_run_resume_broken_plugin_report_validate(capsys, tmp_path):
+    store = tmp_path / "store.jsonl"
+    base = ["run", "--task", "tiny", "--plugin", TINY, "--results", str(store), "--no-progress"]
+    rc, _, err = cli(capsys, *base, "--compressor", "fp16")
+    assert rc == 0, err
+    assert "2 ok" in err
+    records, problems = read_jsonl(store)
+    assert problems == [] and [r["cell_id"] for r in records] == ["tiny-none-seed0", "tiny-fp16-seed0"]
+    fp16 = records[1]
+    assert fp16["compression_ratio"]["forward"] > 1.5 and fp16["provenance"]["plugin_hashes"]["fp16"]
+    assert fp16["provenance"]["machine"]["cpu_count"] >= 1 and "git_commit" in fp16["provenance"]
+
+    # a plugin that fails to import fails only its own cell; the others are already in the store
+    broken = tmp_path / "broken_comp.py"
+    broken.write_text("import totally_missing_dependency_xyz\n")
+    rc, _, err = cli(capsys, *base, "--plugin", str(broken), "--compressor", "brokencomp", "--compressor", "fp16")
+    assert rc == 1
+    assert "failed: tiny-brokencomp-seed0: plugin" in err and "totally_missing_dependency_xyz" in err
+    assert "already in store" in err
+    records, problems = read_jsonl(store)
+    assert problems == [] and len(records) == 3 and records[2]["status"] == "failed"
+
+    rc, out, _ = cli(capsys, *base, "--compressor", "fp16", "--dry-run")
+    assert rc == 0 and out.count("already in store") == 2
+
+    rc, _, err = cli(capsys, "validate", str(store))
+    assert rc == 0 and "OK; 3 valid records" in err
+
+    # report over three seeds (two synthetic): mean ± std (n), delta with a significance marker
+    multi = tmp_path / "multi.jsonl"
+    multi.write_text("".join(dump_record(r) + "\n" for r in records + _more_seeds(records, 3)))
+    rc, out, err = cli(capsys, "report", "--results", str(multi), "--network", "100Mbps")
+    assert rc == 0, err
+    assert "== tiny / smoke" in out and "(n=3)" in out and "baseline" in out
+    assert "***" in out or "**" in out  # fp16's synthetic seeds are 0.2 worse: significant
+    assert "time-to-target @ 100Mbps" in out
+    assert "failed: tiny-brokencomp-seed0: plugin" in out
+    rc, out, _ = cli(capsys, "report", "--results", str(multi), "--format", "csv")
+    frame = pd.read_csv(StringIO(out))
+    assert set(frame["compressor"]) == {"none", "fp16", "brokencomp"} and "metric_mean" in frame
+    rc, _, err = cli(capsys, "report", "--results", str(multi), "--network", "3Baud")
+    assert rc == 2 and "unknown network profile '3Baud'" in err
+
+
+def test_validate_problems_and_entries(capsys, tmp_path):
+    good = tmp_path / "good.jsonl"
+    ResultsStore(good)  # an empty store is valid
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"schema": "mpcbench.record/1"}\nnot json\n')
+    rc, out, err = cli(capsys, "validate", str(bad))
+    assert rc == 1
+    assert f"{bad}: line 1: missing field 'record_id'" in out and f"{bad}: line 2: not valid JSON" in out
+    # a submission folder goes through leaderboard.submissions
+    entry = tmp_path / "records" / "my-entry"
+    entry.mkdir(parents=True)
+    (entry / "entry.yaml").write_text("name: My entry\nsubmitter: someone\ndate: 2026-11-22\n")
+    (entry / "results.jsonl").write_text("not json\n")
+    rc, out, _ = cli(capsys, "validate", str(entry))
+    assert rc == 1 and "invalid JSON" in out
+    (entry / "results.jsonl").write_text("")
+    rc, out, _ = cli(capsys, "validate", str(tmp_path / "records"))
+    assert rc == 0
+    # a matrix file
+    m = tmp_path / "m.yaml"
+    m.write_text("schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [cifar10], seeds: 1, compressors: [topk(ratio=9)]}\n")
+    rc, out, _ = cli(capsys, "validate", str(m))
+    assert rc == 1 and "ratio=9 must be a number in" in out
+    rc, _, err = cli(capsys, "validate", str(REPO / "suite" / "matrix.yaml"))
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["run", "--task", "nope"], "unknown task 'nope'; valid tasks:"),
+        (["run", "--task", "cifar10", "--compressor", "topk(ratio=7)"], "ratio=7 must be a number"),
+        (["run", "--task", "cifar10", "--compressor", "nosuch"], "unknown compressor 'nosuch'; valid names:"),
+        (["run", "--seeds", "0,0"], "--seeds: '0,0' is not a seed count"),
+        (["run", "--tier", "huge"], "unknown tier 'huge'; valid tiers: smoke, quick, full"),
+        (["run", "--matrix", "/nonexistent.yaml"], "cannot read matrix file"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(capsys, tmp_path, args, expected):
+    rc, out, err = cli(capsys, *args, "--results", str(tmp_path / "s.jsonl"))
+    assert rc == 2
+    assert err.startswith("mpcbench: error: ") and expected in err and err.count("\n") == 1, err
+    assert not (tmp_path / "s.jsonl").exists()
+
+
+def test_python_m_suite_is_the_cli():
+    r = subprocess.run([sys.executable, "-m", "suite", "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "{list,run,report,validate}" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "suite", "run", "--mode", "mpi"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "invalid choice: 'mpi'" in r.stderr

@@ -1,0 +1,168 @@
+"""The pipeline runtime in one process: equivalence to plain training, byte accounting,
+warm-up, evaluation modes, learned compressors, result fields, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from compressors import Compressor, CompressorError, available, build, register
+from compressors.api import TensorInfo, TensorRole
+from suite import boundary as boundary_mod
+from suite.config import ConfigError
+from suite.errors import RunTimeout
+from suite.network import PROFILES, TimingInputs, model_run
+from suite.reference import train_unsplit
+from suite.result import RunResult
+from suite.runtime import run
+from suite.transport import LocalTransport
+
+# tiny task: micro-batch activations are (4, 32) fp32 = 512 bytes; a message adds an 8-byte
+# length prefix and a 36-byte header (int32: dtype, ndim, 2 dims, n, dtype, ndim, 2 dims)
+ACT_BYTES, NONE_MSG = 512, 512 + 8 + 36
+
+
+@pytest.mark.parametrize(
+    "task,stages,schedule,tier",
+    [("tiny", 2, "gpipe", "quick"), ("tiny", 4, "1f1b", "smoke"), ("tiny_adamw", 3, "gpipe", "smoke"), ("tiny_adamw", 2, "1f1b", "smoke")],
+)
+def test_none_pipeline_equals_unsplit_training(tiny_cell, task, stages, schedule, tier):
+    cfg = tiny_cell(task=task, stages=stages, schedule=schedule, tier=tier)
+    piped, plain = run(cfg), train_unsplit(cfg)
+    assert len(piped.losses) == len(plain.losses) == {"smoke": 6, "quick": 20}[tier]
+    assert max(abs(a - b) for a, b in zip(piped.losses, plain.losses)) <= 1e-6
+    assert plain.losses[-1] < plain.losses[0] - 0.05  # it trained
+
+
+def test_wire_bytes_equal_the_sizes_of_sent_tensors(tiny_cell, monkeypatch):
+    sent: list[int] = []
+    orig = LocalTransport._send_tensors
+
+    def spy(self, dst, tensors):
+        sent.append(sum(t.numel() * t.element_size() for t in tensors))
+        return orig(self, dst, tensors)
+
+    monkeypatch.setattr(LocalTransport, "_send_tensors", spy)
+    r = run(tiny_cell(plan={"forward": "fp8", "backward": "fixture_varsize"}, stages=3))
+    assert sum(sent) == r.bytes["forward"].wire + r.bytes["backward"].wire + r.eval_bytes.wire
+    assert r.bytes["forward"].messages + r.bytes["backward"].messages + r.eval_bytes.messages == len(sent)
+    per_step = r.wire_bytes_by_step["backward"]
+    assert len(set(per_step)) > 1  # the variable-size payload really varied
+    assert sum(per_step) == r.bytes["backward"].wire
+
+    sent.clear()
+    r = run(tiny_cell(plan="none", stages=2, eval_uncompressed=False))
+    messages = 6 * 4  # steps x micro-batches, one boundary
+    for d in ("forward", "backward"):
+        assert (r.bytes[d].raw, r.bytes[d].wire, r.bytes[d].messages) == (messages * ACT_BYTES, messages * NONE_MSG, messages)
+    assert sum(sent) == 2 * messages * NONE_MSG + r.eval_bytes.wire
+
+
+def test_compress_warmup_steps_send_uncompressed(tiny_cell):
+    r = run(tiny_cell(plan="fp8", stages=2, compress_warmup_steps=2))
+    fwd = r.wire_bytes_by_step["forward"]
+    assert fwd[:2] == [4 * NONE_MSG] * 2
+    assert len(set(fwd[2:])) == 1 and fwd[2] < fwd[0] // 2  # fp8: 1 byte per value + scale
+    assert r.timing_inputs["warmup_steps"] == 2
+
+
+def test_evaluation_with_and_without_compression(tiny_cell):
+    lossy = run(tiny_cell(plan={"forward": "fixture_varsize", "backward": "none"}))
+    assert 0 <= lossy.final_metric <= 1 and 0 <= lossy.final_metric_uncompressed <= 1
+    assert [p.step for p in lossy.curve] == [3, 6]
+    assert all(p.metric_uncompressed is not None for p in lossy.curve)
+    plain = run(tiny_cell(plan="none"))
+    assert plain.final_metric_uncompressed == plain.final_metric
+    off = run(tiny_cell(plan="fp8", eval_uncompressed=False))
+    assert off.final_metric_uncompressed is None and off.curve[-1].metric_uncompressed is None
+
+
+def _ends(monkeypatch):
+    ends = {}
+    for cls in (boundary_mod.SenderEnd, boundary_mod.ReceiverEnd):
+        orig = cls.__init__
+
+        def init(self, *a, _orig=orig, **k):
+            _orig(self, *a, **k)
+            ends[(type(self).__name__, self.boundary)] = self
+
+        monkeypatch.setattr(cls, "__init__", init)
+    return ends
+
+
+@pytest.mark.parametrize("spec", ["ae(dim=8)", "fixture_learned"])
+def test_trainable_compressor_gets_gradients_and_learns(tiny_cell, monkeypatch, spec):
+    if spec.startswith("ae") and "ae" not in available():
+        pytest.skip("ae compressor not registered")
+    ends = _ends(monkeypatch)
+    r = run(tiny_cell(plan={"forward": spec, "backward": "none"}, stages=2))
+    sender, receiver = ends[("SenderEnd", 0)].fwd, ends[("ReceiverEnd", 0)].fwd
+    assert sender is not receiver
+    fresh = build(spec)
+    info = TensorInfo(TensorRole.ACTIVATION, 0, 0, 0, torch.Size([4, 32]), torch.float32, torch.device("cpu"))
+    fresh.decompress(fresh.compress(torch.randn(4, 32), info), info)  # materialize lazily sized parameters
+    init = [p.detach().clone() for p in fresh.parameters()]
+    s_params, r_params = list(sender.parameters()), list(receiver.parameters())
+    assert len(s_params) == len(init) >= 2
+    # the sender trains its encoding half, the receiver its decoding half (and not the other)
+    s_changed = [not torch.equal(p, q) for p, q in zip(s_params, init)]
+    r_changed = [not torch.equal(p, q) for p, q in zip(r_params, init)]
+    assert any(s_changed) and any(r_changed) and s_changed != r_changed
+    # backward carries the gradient of the code, counted against the activation gradient's size
+    assert r.bytes["backward"].raw == 24 * ACT_BYTES
+    if spec.startswith("ae"):
+        assert r.bytes["backward"].wire < r.bytes["backward"].raw / 3
+
+
+@register("test_wrong_shape")
+class _WrongShape(Compressor):
+    """Decompresses to the wrong shape (a broken plugin)."""
+
+    def compress(self, x, info):
+        return (x.reshape(-1)[:3].contiguous(),)
+
+    def decompress(self, payload, info):
+        return payload[0]
+
+
+def test_bad_configs_and_plugins_fail_with_one_line_errors(tiny_cell):
+    with pytest.raises(ConfigError, match="dp=2 needs mode=torchrun"):
+        run(tiny_cell(dp=2))
+    if "ae" in available():
+        with pytest.raises(ConfigError, match="backward compressor 'ae.*does not support role activation_grad"):
+            run(tiny_cell(plan="ae(dim=8)"))
+    with pytest.raises(ConfigError, match="unknown compressor 'nope'; valid names: .*none"):
+        run(tiny_cell(plan="nope"))
+    with pytest.raises(ConfigError, match="cannot be split into 5 stages"):
+        run(tiny_cell(stages=5))
+    with pytest.raises(CompressorError, match=r"test_wrong_shape: decompress returned \(3,\).*expected \(4, 32\)"):
+        run(tiny_cell(plan="test_wrong_shape"))
+    with pytest.raises(RunTimeout, match="time_limit_s"):
+        run(tiny_cell(time_limit_s=1e-9))
+
+
+def test_run_result_is_complete_and_consistent(tiny_cell):
+    r = run(tiny_cell(plan="fp8", stages=3, tier="quick", schedule="gpipe"))
+    assert (r.steps, r.n_stages, r.dp, r.microbatches, r.schedule, r.mode, r.device) == (20, 3, 1, 4, "gpipe", "single", "cpu")
+    assert r.metric_name == "accuracy" and r.higher_is_better and r.target == 0.4
+    assert [p.step for p in r.curve] == [5, 10, 15, 20] and r.final_metric == r.curve[-1].metric
+    hit = [p.step for p in r.curve if p.metric >= r.target]
+    assert r.reached_target_step == (hit[0] if hit else None)
+    assert all(p.wall_s > 0 for p in r.curve) and r.curve[-1].wall_s == pytest.approx(r.time.total_train_s)
+    assert len(r.losses) == 20 and all(l > 0 for l in r.losses)
+    assert r.curve[0].train_loss == pytest.approx(sum(r.losses[:5]) / 5)
+    t = r.time
+    assert 0 < t.compute_s < t.step_s and t.compress_s > 0 and t.comm_s > 0 and t.total_eval_s > 0
+    assert len(r.stage_times) == 3 and all(s["compute_s"] > 0 for s in r.stage_times)
+    assert set(r.bytes) == {"forward", "backward", "dp"} and r.bytes["dp"].wire == 0
+    assert set(r.bytes_per_boundary) == {"b0.forward", "b0.backward", "b1.forward", "b1.backward"}
+    assert r.bytes_per_step["forward"] == pytest.approx(r.bytes["forward"].wire / 20)
+    assert sum(r.bytes_per_boundary[k].wire for k in ("b0.forward", "b1.forward")) == r.bytes["forward"].wire
+    assert r.bytes["forward"].ratio > 2.5  # fp8: ~4x on values, headers included
+    assert set(r.modeled) == set(PROFILES)
+    assert r.modeled["80Mbps"]["step_s"] > r.modeled["100Gbps"]["step_s"] > 0
+    assert model_run(TimingInputs.from_dict(r.timing_inputs), reached_target_step=r.reached_target_step) == r.modeled
+    again = RunResult.from_dict(json.loads(json.dumps(r.to_dict())))
+    assert again == r
