@@ -47,16 +47,18 @@ class Placement:
         return self.dp_rank * self.n_stages + stage if self.distributed else stage
 
 
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """``cpu`` / ``cuda`` / ``auto`` -> a device (one GPU per local rank)."""
+def resolve_device(name: str, local_rank: int = 0, local_world: int = 1) -> torch.device:
+    """``cpu`` / ``cuda`` / ``auto`` -> a device: one GPU per local rank. ``auto`` picks CUDA
+    only when there is a GPU for every local process, else the CPU."""
     if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
+        name = "cuda" if torch.cuda.is_available() and torch.cuda.device_count() >= local_world else "cpu"
     if name == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError("device=cuda but no CUDA device is available; use device=cpu or auto")
         if local_rank >= torch.cuda.device_count():
             raise ConfigError(
-                f"local rank {local_rank} needs GPU {local_rank} but only {torch.cuda.device_count()} are visible"
+                f"local rank {local_rank} needs GPU {local_rank} but only {torch.cuda.device_count()} are visible; "
+                "use fewer stages x dp or device=cpu"
             )
         return torch.device("cuda", local_rank)
     return torch.device("cpu")

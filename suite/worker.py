@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         stage, dp_rank = rank % S, rank // S
         where = f"rank {rank} (stage {stage}, replica {dp_rank})"
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
-        device = resolve_device(cfg.device, local_rank)
+        device = resolve_device(cfg.device, local_rank, local_world)
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
             torch.cuda.set_device(device)
