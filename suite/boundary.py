@@ -32,7 +32,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 from torch import Tensor
@@ -45,9 +48,15 @@ from .accounting import boundary_key
 from .timing import Clock
 from .transport import Transport
 
-__all__ = ["Micro", "SenderEnd", "ReceiverEnd", "derive_seed", "GRAD_DTYPES"]
+__all__ = ["Micro", "SenderEnd", "ReceiverEnd", "derive_seed", "GRAD_DTYPES", "CONSISTENCY_ENV", "consistency_check_enabled"]
 
 GRAD_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+CONSISTENCY_ENV = "MPCBENCH_CHECK_CONSISTENCY"  # "1": debug mode, see _End.twins
+
+
+def consistency_check_enabled() -> bool:
+    """Whether ``MPCBENCH_CHECK_CONSISTENCY`` asks for the sender/receiver consistency check."""
+    return os.environ.get(CONSISTENCY_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
 def derive_seed(*parts: object) -> int:
@@ -90,23 +99,69 @@ def _carries_grad(t: Tensor) -> bool:
     return t.dtype in GRAD_DTYPES
 
 
+def _same_device(t: Tensor, device: torch.device) -> bool:
+    """``t`` lives on ``device`` (an index-less ``cuda`` matches any GPU index)."""
+    d = t.device
+    return d.type == device.type and (device.index is None or d.index is None or d.index == device.index)
+
+
 def _check_payload(payload: object, comp: Compressor, info: TensorInfo) -> Payload:
+    """A payload must be a tuple of tensors on the sender's device: nothing else can be framed
+    and counted, and a hidden device copy would be transport time charged to nobody."""
+    where = f"(at {info.role.value} boundary {info.boundary} step {info.step})"
     if not isinstance(payload, tuple) or not all(isinstance(t, Tensor) for t in payload):
-        raise CompressorError(
-            f"{comp.spec or comp.name}: compress must return a tuple of tensors, got {type(payload).__name__} "
-            f"(at {info.role.value} boundary {info.boundary})"
-        )
+        got = type(payload).__name__
+        if isinstance(payload, tuple):
+            got += " containing " + ", ".join(sorted({type(t).__name__ for t in payload if not isinstance(t, Tensor)}))
+        raise CompressorError(f"{comp.spec or comp.name}: compress must return a tuple of tensors, got {got} {where}")
+    for i, t in enumerate(payload):
+        if not _same_device(t, info.device):
+            raise CompressorError(
+                f"{comp.spec or comp.name}: compress returned payload tensor {i} on device {t.device}, "
+                f"expected {info.device} (the input's device) {where}"
+            )
     return payload
 
 
-def _check_output(x: object, comp: Compressor, info: TensorInfo) -> Tensor:
-    if not isinstance(x, Tensor) or x.shape != info.shape or x.dtype != info.dtype:
-        got = f"{tuple(x.shape)} {x.dtype}" if isinstance(x, Tensor) else type(x).__name__
+def _check_output(x: object, comp: Compressor, info: TensorInfo, what: str = "decompress") -> Tensor:
+    """The decoded tensor must match the original's shape, dtype and device exactly."""
+    if (
+        not isinstance(x, Tensor)
+        or x.shape != info.shape
+        or x.dtype != info.dtype
+        or not _same_device(x, info.device)
+    ):
+        got = f"{tuple(x.shape)} {x.dtype} on {x.device}" if isinstance(x, Tensor) else type(x).__name__
         raise CompressorError(
-            f"{comp.spec or comp.name}: decompress returned {got}, expected {tuple(info.shape)} {info.dtype} "
-            f"(at {info.role.value} boundary {info.boundary})"
+            f"{comp.spec or comp.name}: {what} returned {got}, expected {tuple(info.shape)} {info.dtype} "
+            f"on {info.device} (at {info.role.value} boundary {info.boundary} step {info.step})"
         )
     return x
+
+
+@contextmanager
+def _other_rng(device: torch.device, seed: int) -> Iterator[None]:
+    """Run under a different global RNG state, restored afterwards (the twin's world)."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        yield
+
+
+def _check_consistent(x: Tensor, twin_x: object, comp: Compressor, info: TensorInfo) -> None:
+    """The twin decoded the same payloads: a different tensor means hidden decoder inputs."""
+    if isinstance(twin_x, Tensor) and twin_x.shape == x.shape and twin_x.device == x.device:
+        scale = float(x.detach().abs().nan_to_num(0.0, 0.0, 0.0).max()) if x.numel() else 0.0
+        if torch.allclose(x.detach(), twin_x.detach().to(x.dtype), rtol=1e-5, atol=1e-5 * scale, equal_nan=True):
+            return
+        diff = f"max abs difference {float((x.detach() - twin_x.detach().to(x.dtype)).abs().nan_to_num(0.0).max()):.3g}, max |x| {scale:.3g}"
+    else:
+        diff = f"got {tuple(twin_x.shape) if isinstance(twin_x, Tensor) else type(twin_x).__name__}"
+    raise CompressorError(
+        f"{comp.spec or comp.name}: sender/receiver consistency check ({CONSISTENCY_ENV}=1) failed at "
+        f"{info.role.value} boundary {info.boundary} step {info.step} micro-batch {info.microbatch}: a twin "
+        f"receiver fed the same payloads decoded a different tensor ({diff}); decompress must depend only on "
+        f"payloads, info and its own history (shared randomness from info.generator(), not the global RNG)"
+    )
 
 
 class _End:
@@ -131,9 +186,36 @@ class _End:
         self.device = device
         self.seed = seed
         self.clock = clock
+        # Debug mode (MPCBENCH_CHECK_CONSISTENCY=1, no extra traffic): every decompress is
+        # repeated by a twin instance of the same spec, built and run under another global RNG
+        # state and fed the very same payloads. A decoder that depends only on its payloads,
+        # info and its own history (the plugin contract) decodes identically; one that draws
+        # from the global RNG, the clock or anything else the sender cannot share does not.
+        # Learned (differentiable) decoders are trained, so a twin cannot follow them.
+        self.twins: dict[int, Compressor] = {}
+        if consistency_check_enabled():
+            for comp, spec in ((self.fwd, forward_spec), (self.bwd, backward_spec)):
+                if not comp.differentiable:
+                    with _other_rng(device, derive_seed(seed, boundary, spec, "twin")):
+                        self.twins[id(comp)] = build(spec)
 
     def compressors(self) -> list[Compressor]:
         return [self.fwd, self.bwd]
+
+    def twin_compressors(self) -> list[Compressor]:
+        """The consistency check's twins (bind and move them like :meth:`compressors`)."""
+        return list(self.twins.values())
+
+    def _twin_input(self, comp: Compressor, payload: Payload) -> Payload | None:
+        """A private copy of ``payload`` for the twin (taken before ``comp`` may modify it)."""
+        return tuple(t.detach().clone() for t in payload) if id(comp) in self.twins else None
+
+    def _check_twin(self, comp: Compressor, payload: Payload | None, info: TensorInfo, x: Tensor) -> None:
+        if payload is None:
+            return
+        with _other_rng(self.device, derive_seed(info.seed, "twin")), torch.no_grad():
+            twin_x = self.twins[id(comp)].decompress(payload, info)
+        _check_consistent(x, twin_x, comp, info)
 
     def parameters(self) -> list[torch.nn.Parameter]:
         return [p for c in self.compressors() for p in c.parameters()]
@@ -196,8 +278,10 @@ class SenderEnd(_End):
         payload, shape, dtype = self._recv()
         comp = self.bwd if micro.compressed else self.plain_bwd
         info = self.info(TensorRole.ACTIVATION_GRAD, micro, shape, dtype)
+        twin_input = self._twin_input(comp, payload)
         with self.clock.section("compress"), torch.no_grad():
             g = _check_output(comp.decompress(payload, info), comp, info)
+        self._check_twin(comp, twin_input, info, g)
         if not sent.differentiable:
             return sent.roots, (g,)
         roots, grads, off = [], [], 0
@@ -224,8 +308,10 @@ class ReceiverEnd(_End):
             with self.clock.section("compress"):
                 x = _check_output(comp.decompress(leaves, info), comp, info)
             return x, Received(tuple(t for t in leaves if _carries_grad(t)), shape, dtype, True)
+        twin_input = self._twin_input(comp, payload)
         with self.clock.section("compress"), torch.no_grad():
             x = _check_output(comp.decompress(payload, info), comp, info)
+        self._check_twin(comp, twin_input, info, x)
         x = x.detach().requires_grad_(micro.training and torch.is_grad_enabled())
         return x, Received((x,), shape, dtype, False)
 

@@ -39,7 +39,7 @@ from .matrix import PlannedCell
 from .record_builder import ResultError, build_record, check_result, failed_record
 from .result import RunResult
 
-__all__ = ["run_cell", "execute", "interpret", "DEFAULT_RUNTIME", "log_path_for", "one_line"]
+__all__ = ["run_cell", "execute", "interpret", "child_entry", "DEFAULT_RUNTIME", "log_path_for", "one_line"]
 
 DEFAULT_RUNTIME = "suite.runtime:run"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -65,18 +65,53 @@ def _signal_name(rc: int) -> str:
         return f"signal {-rc}"
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the child's process group, then SIGKILL what is left after a grace period."""
+class _Spawned:
+    """A cell in a freshly spawned interpreter (``MPCBENCH_ISOLATION=spawn``, or no fork server)."""
+
+    def __init__(self, argv: list[str], logf: Any, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", *argv, "--parent", str(os.getpid())],
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
+        self.pid = self.proc.pid
+
+    def wait(self, timeout: float | None) -> int | None:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+def _kill_group(child: Any) -> int | None:
+    """SIGTERM the cell's process group, SIGKILL what is left after a grace period; return
+    the child's exit code."""
+    rc = None
     for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 30.0)):
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=wait)
+            os.killpg(child.pid, sig)
+        rc = child.wait(wait)
+        if rc is not None:
             break
-        except subprocess.TimeoutExpired:
-            continue
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # grandchildren that outlived the child
+        os.killpg(child.pid, signal.SIGKILL)  # grandchildren that outlived the child
+    return rc
+
+
+def _launch(argv: list[str], log: Path, logf: Any, env: dict[str, str]) -> Any:
+    """Start the cell process: forked from the fork server when possible, else spawned."""
+    if os.environ.get("MPCBENCH_ISOLATION", "fork") != "spawn" and hasattr(os, "fork") and sys.platform == "linux":
+        from .forkserver import ForkServerError, get_server
+
+        try:
+            return get_server(env).start(argv, str(log), env, os.getcwd())
+        except ForkServerError as e:
+            logf.write(f"(fork server unavailable: {e}; spawning)\n")
+            logf.flush()
+    return _Spawned(argv, logf, env)
 
 
 def run_cell(
@@ -99,13 +134,12 @@ def run_cell(
     limit = time_limit_s if time_limit_s is not None else config.time_limit_s
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
-    log = log_path_for(config, log_dir)
-    log_ref = str(log)
+    log = log_path_for(config, log_dir).resolve()
 
     if planned.error is not None:  # e.g. its plugin failed to import: fails without running
         with open(log, "a", encoding="utf-8") as f:
             f.write(f"=== {_now()} {config.cell_id}: not run\n{planned.error}\n")
-        return failed_record(config, planned.error, provenance(config), log=log_ref)
+        return failed_record(config, planned.error, provenance(config), log=str(log))
 
     with tempfile.TemporaryDirectory(prefix="mpcbench-cell-") as tmp:
         cfg_file = Path(tmp) / "config.json"
@@ -113,31 +147,26 @@ def run_cell(
         cfg_file.write_text(json.dumps(config.to_dict()))
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
-        cmd = [
-            sys.executable, "-m", "suite.cell", "--config", str(cfg_file), "--out", str(out_file),
-            "--runtime", runtime, "--parent", str(os.getpid()),
-        ]  # fmt: skip
+        # the child runs this checkout's code, whatever is installed
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+        argv = ["suite.cell", "--config", str(cfg_file), "--out", str(out_file), "--runtime", runtime]
         t0 = time.perf_counter()
         with open(log, "a", encoding="utf-8") as logf:
             logf.write(f"=== {_now()} {config.cell_id} (key {config.key()}, limit {limit} s)\n")
             logf.flush()
-            proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True, env=env
-            )
+            child = _launch(argv, log, logf, env)
             timed_out = False
             try:
-                proc.wait(timeout=limit)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(proc)
+                rc = child.wait(limit)
+                if rc is None:
+                    timed_out = True
+                    rc = _kill_group(child)
+                else:  # the child is gone; make sure nothing it started survives it
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(child.pid, signal.SIGKILL)
             except BaseException:  # Ctrl-C / runner shutdown: leave nothing running
-                _kill_group(proc)
+                _kill_group(child)
                 raise
-            else:
-                # the child is gone; make sure nothing it started survives it
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
         wall = time.perf_counter() - t0
         payload = None
         if out_file.exists():
@@ -146,7 +175,7 @@ def run_cell(
             except ValueError as e:
                 payload = {"ok": False, "error": f"unreadable result file ({one_line(e)})"}
 
-    return interpret(config, payload, proc.returncode, timed_out=timed_out, limit=limit, wall_s=wall, log=log)
+    return interpret(config, payload, rc, timed_out=timed_out, limit=limit, wall_s=wall, log=log)
 
 
 def interpret(
@@ -182,7 +211,8 @@ def interpret(
             return fail(f"cell process crashed with {_signal_name(returncode)} (see {log_name})")
         return fail(f"cell process exited with code {returncode} without a result (see {log_name})")
     if not payload.get("ok"):
-        return fail(str(payload.get("error") or "unknown error"))
+        # the runtime's own deadline (RunTimeout) is a timeout too, not a failure
+        return fail(str(payload.get("error") or "unknown error"), "timeout" if payload.get("timeout") else "failed")
     try:
         result = RunResult.from_dict(payload["result"])
         check_result(result)
@@ -209,9 +239,9 @@ def _watch_parent(parent: int) -> None:
 
     def loop() -> None:
         while True:
-            time.sleep(1.0)
             if os.getppid() != parent:
                 os.killpg(os.getpgrp(), signal.SIGKILL)
+            time.sleep(1.0)
 
     threading.Thread(target=loop, name="mpcbench-parent-watch", daemon=True).start()
 
@@ -249,11 +279,16 @@ def execute(config_file: str | Path, out_file: str | Path, runtime: str = DEFAUL
     except BaseException as e:  # noqa: BLE001 - SystemExit from a plugin is a failure too
         traceback.print_exc()
         sys.stderr.flush()
-        _write(out, {"ok": False, "error": one_line(e), "provenance": prov})
+        from .errors import RunTimeout
+
+        _write(out, {"ok": False, "error": one_line(e), "timeout": isinstance(e, RunTimeout), "provenance": prov})
         return 1
 
 
-def _child(argv: list[str] | None = None) -> int:
+def child_entry(argv: list[str]) -> int:
+    """``python -m suite.cell --config F --out F [--runtime M:F] [--parent PID]``: run the cell.
+
+    Also what a fork-server child runs (with the same arguments)."""
     import faulthandler
 
     faulthandler.enable()  # a segfault prints the Python stack into the cell's log
@@ -261,11 +296,12 @@ def _child(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--runtime", default=DEFAULT_RUNTIME)
-    ap.add_argument("--parent", type=int, default=None, help="pid of the runner (default: our parent)")
-    args = ap.parse_args(argv)
-    _watch_parent(args.parent or os.getppid())
+    ap.add_argument("--parent", type=int, default=None, help="pid of the runner: die with it (spawned cells)")
+    args = ap.parse_args(argv[1:] if argv and argv[0] == "suite.cell" else argv)
+    if args.parent:
+        _watch_parent(args.parent)
     return execute(args.config, args.out, args.runtime)
 
 
 if __name__ == "__main__":
-    sys.exit(_child())
+    sys.exit(child_entry(sys.argv[1:]))

@@ -41,7 +41,7 @@ from compressors.builtins.baseline import NoCompression
 from compressors.registry import build
 
 from .accounting import ByteMeter, dp_key
-from .boundary import derive_seed
+from .boundary import _check_output, _check_payload, derive_seed
 from .timing import Clock
 from .transport import frame, unframe
 
@@ -153,22 +153,22 @@ class CompressedReduce:
             out = comp.reduce(x, info, self._all_reduce)
             if out is not None:
                 self.meter.record(dp_key(self.stage, "allreduce"), raw, 0, messages=0)
-                return out
+                return _check_output(out, comp, info, what="reduce")
         d = self.replicas
         with self.clock.section("compress"):
-            payload = comp.compress(x, info)
+            payload = _check_payload(comp.compress(x, info), comp, info)
         if comp.linear:
             self.meter.record(dp_key(self.stage, "allreduce"), raw, 0, messages=0)
             summed = tuple(self._all_reduce(t) for t in payload)
             with self.clock.section("compress"):
-                return comp.decompress(summed, info) / d
+                return _check_output(comp.decompress(summed, info), comp, info) / d
         self.meter.record(dp_key(self.stage, "allgather"), raw, 0, messages=0)
         frames = self._all_gather_frames(frame(payload, x.shape, x.dtype, x.device))
         with self.clock.section("compress"):
             total = torch.zeros_like(x)
             for f in frames:
                 p, _, _ = unframe(f)
-                total += comp.decompress(p, info).reshape(x.shape)
+                total += _check_output(comp.decompress(p, info), comp, info)
             return total / d
 
     def average(self, params: list[nn.Parameter]) -> None:

@@ -49,6 +49,7 @@ __all__ = [
     "DPLoad",
     "StepLoad",
     "TimingInputs",
+    "encode_steps",
     "pipeline_time",
     "dp_time",
     "step_time",
@@ -173,14 +174,26 @@ def step_time(stages: list[StageCost], load: StepLoad, microbatches: int, replic
 
 @dataclass
 class TimingInputs:
-    """Everything the model needs about one run (stored in the result for re-modeling)."""
+    """Everything the model needs about one run (stored in the result for re-modeling).
+
+    ``steps`` is run-length encoded: ``steps[i]`` is the load of ``counts[i]`` consecutive
+    training steps (see :func:`encode_steps`).
+    """
 
     stages: list[StageCost]
-    steps: list[StepLoad]  # one per training step
+    steps: list[StepLoad]
     microbatches: int
     replicas: int
     warmup_steps: int = 0  # uncompressed steps at the start (excluded from step_s)
+    counts: list[int] = field(default_factory=list)  # empty: one step per load
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def runs(self) -> list[tuple[StepLoad, int]]:
+        return list(zip(self.steps, self.counts or [1] * len(self.steps)))
+
+    @property
+    def n_steps(self) -> int:
+        return sum(c for _, c in self.runs())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (lists, not tuples): equal to its own JSON round trip."""
@@ -197,8 +210,42 @@ class TimingInputs:
             microbatches=d["microbatches"],
             replicas=d["replicas"],
             warmup_steps=d.get("warmup_steps", 0),
+            counts=list(d.get("counts", [])),
             extra=d.get("extra", {}),
         )
+
+
+def _mean_load(loads: list[StepLoad]) -> StepLoad:
+    def mean(objs, cls):
+        return cls(**{k: sum(getattr(o, k) for o in objs) / len(objs) for k in cls.__dataclass_fields__})
+
+    return StepLoad(
+        tuple(mean([l.links[i] for l in loads], LinkLoad) for i in range(len(loads[0].links))),
+        tuple(mean([l.dp[i] for l in loads], DPLoad) for i in range(len(loads[0].dp))),
+    )
+
+
+def encode_steps(loads: list[StepLoad], warmup_steps: int = 0, max_runs: int = 256) -> tuple[list[StepLoad], list[int]]:
+    """Run-length encode per-step loads (equal consecutive steps merge). A phase (warm-up,
+    then the rest) with more than ``max_runs`` distinct runs, i.e. variable-size payloads,
+    is averaged over ``max_runs`` contiguous chunks instead, which bounds the stored size;
+    the model is linear in bytes except for the bottleneck ``max``, so this only smooths
+    step-to-step variation within a chunk."""
+    out_loads: list[StepLoad] = []
+    out_counts: list[int] = []
+    for phase in (loads[:warmup_steps], loads[warmup_steps:]):
+        runs: list[list[Any]] = []
+        for load in phase:
+            if runs and runs[-1][0] == load:
+                runs[-1][1] += 1
+            else:
+                runs.append([load, 1])
+        if len(runs) > max_runs:
+            bounds = [round(i * len(phase) / max_runs) for i in range(max_runs + 1)]
+            runs = [[_mean_load(phase[a:b]), b - a] for a, b in zip(bounds, bounds[1:]) if b > a]
+        out_loads += [r[0] for r in runs]
+        out_counts += [r[1] for r in runs]
+    return out_loads, out_counts
 
 
 def model_run(
@@ -211,14 +258,25 @@ def model_run(
     None if never) and ``comm_s_per_step`` (step_s minus the same on an ideal network)."""
     profiles = PROFILES if profiles is None else profiles
     m, d = inputs.microbatches, inputs.replicas
-    ideal = [step_time(inputs.stages, s, m, d, IDEAL) for s in inputs.steps]
-    steady = range(inputs.warmup_steps, len(inputs.steps)) if inputs.warmup_steps < len(inputs.steps) else range(len(inputs.steps))
+    runs = inputs.runs()
+    total_steps = sum(c for _, c in runs)
+    warm = inputs.warmup_steps if inputs.warmup_steps < total_steps else 0
+    ideal = [step_time(inputs.stages, load, m, d, IDEAL) for load, _ in runs]
     out: dict[str, dict[str, float | None]] = {}
     for name, net in profiles.items():
-        per_step = [step_time(inputs.stages, s, m, d, net) for s in inputs.steps]
-        n = max(1, len(steady))
-        step_s = sum(per_step[k] for k in steady) / n
-        comm = sum(per_step[k] - ideal[k] for k in steady) / n
-        ttt = None if reached_target_step is None else sum(per_step[:reached_target_step])
-        out[name] = {"step_s": step_s, "total_s": sum(per_step), "time_to_target_s": ttt, "comm_s_per_step": comm}
+        times = [step_time(inputs.stages, load, m, d, net) for load, _ in runs]
+        steady_s = steady_comm = 0.0
+        done = total = 0.0
+        ttt = None
+        for (_, count), t, t0 in zip(runs, times, ideal):
+            # steps [done, done + count) of this run; the warm-up ones don't count for step_s
+            steady = max(0, min(count, done + count - warm))
+            steady_s += steady * t
+            steady_comm += steady * (t - t0)
+            if reached_target_step is not None and ttt is None and done + count >= reached_target_step:
+                ttt = total + (reached_target_step - done) * t
+            total += count * t
+            done += count
+        n = max(1, total_steps - warm)
+        out[name] = {"step_s": steady_s / n, "total_s": total, "time_to_target_s": ttt, "comm_s_per_step": steady_comm / n}
     return out

@@ -18,7 +18,7 @@ from .config import CellConfig
 from .records import SCHEMA, validate_record
 from .result import RunResult
 
-__all__ = ["build_record", "failed_record", "compression_ratios", "check_result", "ResultError"]
+__all__ = ["build_record", "failed_record", "compression_ratios", "expansion_warnings", "check_result", "ResultError"]
 
 # keys that are metrics: null in a failed record
 _METRIC_KEYS = (
@@ -41,6 +41,7 @@ _METRIC_KEYS = (
     "eval_bytes",
     "wire_bytes_by_step",
     "timing_inputs",
+    "warnings",
 )
 
 
@@ -69,6 +70,27 @@ def compression_ratios(result: RunResult) -> dict[str, float | None]:
         raw_total += c.raw
         wire_total += c.wire
     out["total"] = raw_total / wire_total if wire_total else None
+    return out
+
+
+def expansion_warnings(config: CellConfig, result: RunResult) -> list[str]:
+    """One line per direction whose compressor sent MORE bytes than the uncompressed tensors.
+
+    Allowed (the bytes are measured, so the numbers stay honest and such a compressor simply
+    ranks low) but flagged: it is almost always a plugin bug or a useless setting. The
+    uncompressed ``none`` path is exempt: its wire bytes are raw plus message headers.
+    """
+    out = []
+    for direction in ("forward", "backward", "dp"):
+        c = result.bytes.get(direction)
+        specs = {config.plan.spec_for(direction, b) for b in range(max(1, result.n_stages - 1))}
+        specs |= {s for _, d, s in config.plan.per_boundary if d == direction}
+        if c is None or c.wire <= c.raw or specs <= {"none"}:
+            continue
+        out.append(
+            f"{direction}: compressed payloads are larger than the raw tensors (wire {c.wire} B > raw {c.raw} B, "
+            f"ratio {c.raw / c.wire:.2f}x)"
+        )
     return out
 
 
@@ -161,6 +183,7 @@ def build_record(
             "wire_bytes_by_step": dict(getattr(r, "wire_bytes_by_step", {}) or {}),
             # what the network model used: a stored run can be re-modeled under other profiles
             "timing_inputs": dict(getattr(r, "timing_inputs", {}) or {}),
+            "warnings": expansion_warnings(config, r),
             "config": config.to_dict(),
             "provenance": provenance,
             "log": log,

@@ -75,7 +75,7 @@ class RunResult:
         target was not reached), "comm_s_per_step"}.
     stage_times: per stage TimeSplit dicts (the max is in ``time``).
     eval_bytes: evaluation traffic (not part of the benchmark's byte counts).
-    wire_bytes_by_step: "forward" / "backward" / "dp" / "b{i}.forward" ... -> wire bytes of each step.
+    wire_bytes_by_step: "forward" / "backward" / "dp" -> wire bytes of each step.
     timing_inputs: what the network model used (``suite.network.TimingInputs.to_dict``), so a
         stored run can be re-modeled under other profiles.
     """

@@ -16,7 +16,7 @@ from typing import Any
 
 from .accounting import ByteMeter, boundary_key, dp_key
 from .config import CellConfig
-from .network import DPLoad, LinkLoad, StageCost, StepLoad, TimingInputs, model_run
+from .network import DPLoad, LinkLoad, StageCost, StepLoad, TimingInputs, encode_steps, model_run
 from .result import EvalPoint, RunResult, TimeSplit
 from .timing import SECTIONS
 
@@ -75,7 +75,9 @@ def timing_inputs(config: CellConfig, meter: ByteMeter, rows: list[dict[str, flo
             for s in range(S)
         )
         loads.append(StepLoad(links, dp))
-    return TimingInputs(stage_costs, loads, M, D, warmup_steps=min(config.compress_warmup_steps, steps))
+    warmup = min(config.compress_warmup_steps, steps)
+    distinct, counts = encode_steps(loads, warmup)
+    return TimingInputs(stage_costs, distinct, M, D, warmup_steps=warmup, counts=counts)
 
 
 def summarize(config: CellConfig, reports: list[dict[str, Any]]) -> RunResult:
@@ -116,9 +118,6 @@ def summarize(config: CellConfig, reports: list[dict[str, Any]]) -> RunResult:
     # --- bytes -------------------------------------------------------------------------------------------
     by_dir = meter.by_direction()
     by_step = {d: meter.per_step_direction(d, steps) for d in ("forward", "backward", "dp")}
-    for k in meter.keys():
-        if k.startswith("b"):
-            by_step[k] = meter.per_step(k, steps)
     return RunResult(
         final_metric=curve[-1].metric,
         final_metric_uncompressed=curve[-1].metric_uncompressed,

@@ -77,21 +77,27 @@ def frame(payload: Payload, shape: Sequence[int], dtype: torch.dtype, device: to
 
 def unframe(buf: Tensor) -> tuple[Payload, torch.Size, torch.dtype]:
     """Inverse of :func:`frame`: (payload, original shape, original dtype)."""
-    head = buf[:256].cpu()  # headers are short: parse a CPU copy of the start
+    n_bytes = buf.numel()
+    if buf.storage_offset() % 8:
+        buf = buf.clone()  # int32 / float views need an aligned start
+    words: list[int] = []
     pos = 0
 
     def ints(n: int) -> list[int]:
-        nonlocal pos, head
-        if 4 * (pos + n) > head.numel():
-            if 4 * (pos + n) > buf.numel():
-                raise TransportError(f"malformed message: header runs past the {buf.numel()}-byte buffer")
-            head = buf[: 8 * (pos + n)].cpu()
-        vals = head[4 * pos : 4 * (pos + n)].clone().view(torch.int32).tolist()
+        nonlocal words, pos
+        if pos + n > len(words):  # parse a CPU copy of the header's words, in one conversion
+            want = min(n_bytes, max(256, 8 * (pos + n))) // 4 * 4
+            if 4 * (pos + n) > want:
+                raise TransportError(f"malformed message: header runs past the {n_bytes}-byte buffer")
+            words = buf[:want].cpu().view(torch.int32).tolist()
+        vals = words[pos : pos + n]
         pos += n
         return vals
 
     def desc() -> tuple[torch.dtype, torch.Size]:
         code, ndim = ints(2)
+        if not 0 <= code < len(_DTYPES) or not 0 <= ndim <= 64:
+            raise TransportError(f"malformed message: dtype code {code}, ndim {ndim}")
         return _DTYPES[code], torch.Size(ints(ndim))
 
     odtype, oshape = desc()
@@ -101,12 +107,12 @@ def unframe(buf: Tensor) -> tuple[Payload, torch.Size, torch.dtype]:
     out = []
     for dt, shp in metas:
         nbytes = math.prod(shp) * torch.empty((), dtype=dt).element_size()
-        if off + nbytes > buf.numel():
-            raise TransportError(f"malformed message: header describes more than the {buf.numel()}-byte buffer")
+        if off + nbytes > n_bytes:
+            raise TransportError(f"malformed message: header describes more than the {n_bytes}-byte buffer")
         out.append(buf[off : off + nbytes].clone().view(dt).reshape(shp))
         off += nbytes
-    if off != buf.numel():
-        raise TransportError(f"malformed message: header describes {off} bytes, buffer has {buf.numel()}")
+    if off != n_bytes:
+        raise TransportError(f"malformed message: header describes {off} bytes, buffer has {n_bytes}")
     return tuple(out), oshape, odtype
 
 

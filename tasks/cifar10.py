@@ -1,9 +1,9 @@
 """CIFAR-10 image classification with ResNet-18 split into pipeline stages.
 
 Model: torchvision's ``resnet18(num_classes=10)`` in its CIFAR form (3x3 stride-1 stem, no
-max-pool). The smoke and quick tiers scale every channel width down (``extra["width"]``:
-the stem's channels; 64 is the real ResNet-18) so that a cell trains in seconds on a CPU;
-the architecture (blocks, strides, boundaries) is the same.
+max-pool). The smoke and quick tiers scale every channel width down to an eighth
+(``extra["width"]`` = 8: the stem's channels; 64 is the real ResNet-18) so that a cell
+trains in seconds on a CPU; the architecture (blocks, strides, boundaries) is the same.
 
 Stages (boundary activations for a 32x32 input, width w):
   4 stages: [stem + layer1] | [layer2] | [layer3] | [layer4 + pool + fc]
@@ -186,9 +186,9 @@ class Cifar10(Task):
         # seconds on a CPU: an eighth-width net, a few steps, tiny subsets
         "smoke": TierBudget(steps=4, batch_size=16, microbatches=2, eval_every=2, target=0.15, lr=0.05,
                             eval_samples=64, train_samples=512, warmup_steps=0, extra={"width": 8}),
-        # ~30-40 s on 2 CPU cores: quarter width, ~7.7k training images (0.15 epoch)
-        "quick": TierBudget(steps=120, batch_size=64, microbatches=4, eval_every=30, target=0.35, lr=0.2,
-                            eval_samples=1000, warmup_steps=10, extra={"width": 16}),
+        # ~30-40 s on the 2-core CPU: eighth width, a fixed pool of 2560 images seen 3 times, 512 test images
+        "quick": TierBudget(steps=120, batch_size=64, microbatches=4, eval_every=30, target=0.30, lr=0.2,
+                            eval_samples=512, train_samples=2560, warmup_steps=10, extra={"width": 8}),
         # the real thing (GPU): 30 epochs of 390 steps at batch 128, full test set
         "full": TierBudget(steps=11_700, batch_size=128, microbatches=4, eval_every=390, target=0.90, lr=0.1,
                            eval_samples=None, warmup_steps=390, extra={"width": 64}),

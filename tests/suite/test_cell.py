@@ -75,8 +75,10 @@ FAKE_RUNTIME = textwrap.dedent(
 
     def hang(config):
         p = subprocess.Popen(["sleep", "600"])  # a grandchild that must not outlive the cell
-        with open(os.environ["MPCBENCH_TEST_PIDFILE"], "w") as f:
+        path = os.environ["MPCBENCH_TEST_PIDFILE"]
+        with open(path + ".tmp", "w") as f:
             f.write(str(p.pid))
+        os.replace(path + ".tmp", path)  # readers never see a half-written file
         time.sleep(600)
     '''
 )
@@ -104,6 +106,7 @@ def fake_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def outcomes(fake_dir):
+    """Run the child fault cases and the runner-death scenario concurrently."""
     pidfile = fake_dir / "grandchild.pid"
     old = dict(os.environ)
     os.environ["PYTHONPATH"] = os.pathsep.join([str(fake_dir), os.environ.get("PYTHONPATH", "")])
@@ -113,23 +116,49 @@ def outcomes(fake_dir):
 
         def one(item):
             i, name = item
+            if name == "runner_killed":
+                return name, _kill_runner_mid_cell(fake_dir)
             limit = HANG_LIMIT_S if name == "hang" else 300.0
             t0 = time.perf_counter()
             rec = run_cell(_config(i), log_dir=store.log_dir, time_limit_s=limit, runtime=f"fake_runtime:{name}")
             store.append(rec)
             return name, (rec, time.perf_counter() - t0)
 
-        with ThreadPoolExecutor(max_workers=len(CHILD_CASES)) as pool:
-            results = dict(pool.map(one, enumerate(CHILD_CASES)))
+        jobs = [*CHILD_CASES, "runner_killed"]
+        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+            results = dict(pool.map(one, enumerate(jobs)))
     finally:
         os.environ.clear()
         os.environ.update(old)
-    return results, store, pidfile
+    orphan = results.pop("runner_killed")
+    return results, store, pidfile, orphan
+
+
+def _kill_runner_mid_cell(fake_dir: Path) -> dict:
+    pidfile = fake_dir / "orphan.pid"
+    script = textwrap.dedent(
+        f"""
+        from suite.cell import run_cell
+        from suite.config import CellConfig
+        run_cell(CellConfig(task="tiny", plugins=({TINY!r},)), log_dir={str(fake_dir / "orphan")!r},
+                 time_limit_s=600, runtime="fake_runtime:hang")
+        """
+    )
+    env = dict(os.environ, MPCBENCH_TEST_PIDFILE=str(pidfile))
+    runner = subprocess.Popen([sys.executable, "-c", script], env=env)
+    deadline = time.time() + 120
+    while not pidfile.exists() and time.time() < deadline:
+        time.sleep(0.1)
+    started = pidfile.exists()
+    os.kill(runner.pid, signal.SIGKILL)
+    runner.wait()
+    time.sleep(0.2)
+    return {"started": started, "gone": started and _gone(int(pidfile.read_text()), 10.0)}
 
 
 @pytest.mark.parametrize("name", list(CHILD_CASES))
 def test_child_fault_fails_only_its_cell_with_one_line(outcomes, name):
-    results, _, _ = outcomes
+    results, _, _, _ = outcomes
     rec, _ = results[name]
     status, parts = CHILD_CASES[name]
     assert rec["status"] == status, rec["error"]
@@ -142,7 +171,7 @@ def test_child_fault_fails_only_its_cell_with_one_line(outcomes, name):
 
 
 def test_traceback_and_output_go_to_the_log(outcomes):
-    results, store, _ = outcomes
+    results, store, _, _ = outcomes
     log = Path(results["raises"][0]["log"])
     assert log.parent == store.log_dir
     text = log.read_text()
@@ -151,14 +180,14 @@ def test_traceback_and_output_go_to_the_log(outcomes):
 
 
 def test_store_stays_valid_with_every_fault(outcomes):
-    _, store, _ = outcomes
+    _, store, _, _ = outcomes
     records, problems = read_jsonl(store.path)
     assert problems == []
     assert sorted(r["status"] for r in records) == sorted(s for s, _ in CHILD_CASES.values())
 
 
 def test_timeout_kills_the_whole_process_group(outcomes):
-    results, _, pidfile = outcomes
+    results, _, pidfile, _ = outcomes
     _, took = results["hang"]
     assert took < HANG_LIMIT_S + 20.0  # limit + kill grace, not the 600 s the cell wanted
     pid = int(pidfile.read_text())
@@ -231,23 +260,8 @@ def test_broken_plugin_cell_is_recorded_without_running(tmp_path):
     assert "not run" in Path(rec["log"]).read_text()
 
 
-def test_child_dies_with_the_runner(fake_dir, tmp_path):
+def test_child_dies_with_the_runner(outcomes):
     """SIGKILL the runner mid-cell: the child notices and kills its own process group."""
-    pidfile = tmp_path / "grandchild.pid"
-    script = textwrap.dedent(
-        f"""
-        from suite.cell import run_cell
-        from suite.config import CellConfig
-        run_cell(CellConfig(task="tiny", plugins=({TINY!r},)), log_dir={str(tmp_path)!r},
-                 time_limit_s=600, runtime="fake_runtime:hang")
-        """
-    )
-    env = dict(os.environ, PYTHONPATH=str(fake_dir), MPCBENCH_TEST_PIDFILE=str(pidfile))
-    runner = subprocess.Popen([sys.executable, "-c", script], env=env)
-    deadline = time.time() + 120
-    while not pidfile.exists() and time.time() < deadline:
-        time.sleep(0.1)
-    assert pidfile.exists()
-    os.kill(runner.pid, signal.SIGKILL)
-    runner.wait()
-    assert _gone(int(pidfile.read_text()), 10.0), "training kept running after the runner was killed"
+    _, _, _, orphan = outcomes
+    assert orphan["started"], "the cell never started"
+    assert orphan["gone"], "training kept running after the runner was killed"

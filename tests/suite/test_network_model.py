@@ -15,6 +15,7 @@ from suite.network import (
     StepLoad,
     TimingInputs,
     dp_time,
+    encode_steps,
     get_profile,
     model_run,
     pipeline_time,
@@ -117,3 +118,20 @@ def test_timing_inputs_round_trip():
     again = TimingInputs.from_dict(inp.to_dict())
     assert again == inp
     assert model_run(again) == model_run(inp)
+
+
+def test_step_loads_are_run_length_encoded_and_bounded():
+    a, b = (StepLoad((LinkLoad(x, x),), (DPLoad(), DPLoad())) for x in (1e4, 1e3))
+    loads, counts = encode_steps([a, a, b, b, b], warmup_steps=1)
+    assert loads == [a, a, b] and counts == [1, 1, 3]  # the warm-up step stays its own run
+    inp = TimingInputs([StageCost(0.01), StageCost(0.01)], loads, 4, 1, warmup_steps=1, counts=counts)
+    raw = TimingInputs([StageCost(0.01), StageCost(0.01)], [a, a, b, b, b], 4, 1, warmup_steps=1)
+    assert inp.n_steps == 5
+    for reached in (None, 1, 2, 4, 5):
+        enc, ref = model_run(inp, reached_target_step=reached), model_run(raw, reached_target_step=reached)
+        for n in PROFILES:
+            assert enc[n] == pytest.approx(ref[n])
+    varying = [StepLoad((LinkLoad(float(i), float(i)),), ()) for i in range(1000)]
+    loads, counts = encode_steps(varying, max_runs=10)
+    assert len(loads) == 10 and sum(counts) == 1000
+    assert loads[0].links[0].fwd_bytes == pytest.approx(sum(range(100)) / 100)

@@ -33,7 +33,7 @@ def test_none_pipeline_equals_unsplit_training(tiny_cell, task, stages, schedule
     piped, plain = run(cfg), train_unsplit(cfg)
     assert len(piped.losses) == len(plain.losses) == {"smoke": 6, "quick": 20}[tier]
     assert max(abs(a - b) for a, b in zip(piped.losses, plain.losses)) <= 1e-6
-    assert plain.losses[-1] < plain.losses[0] - 0.05  # it trained
+    assert plain.losses[-1] < plain.losses[0] - 0.01  # it trained
 
 
 def test_wire_bytes_equal_the_sizes_of_sent_tensors(tiny_cell, monkeypatch):

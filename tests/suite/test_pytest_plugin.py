@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -13,6 +11,8 @@ import pytest
 from suite.store import read_jsonl
 
 pytest_plugins = ["pytester"]
+# inner runs: no cache, and no hypothesis plugin (its summary re-imports hypothesis on every run)
+INNER = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "suite"
@@ -34,25 +34,30 @@ class Explode(Compressor):
 '''
 
 
-def _pytest(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", str(SUITE), "-p", "no:cacheprovider", "-rs", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
+@pytest.fixture
+def restore_registry():
+    """The in-process runs import fault-injection plugins: unregister them afterwards."""
+    from compressors import registry
+
+    saved = dict(registry._REGISTRY)
+    yield
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(saved)
+
+
+def test_matrix_run_broken_plugin_and_resume(pytester, restore_registry):
+    """In-process pytest runs (each cell still runs in its own child process)."""
+    (pytester.path / "explode.py").write_text(EXPLODE)
+    store = pytester.path / "out" / "store.jsonl"
+    bench = pytester.path / "bench.json"
+    common = [str(SUITE), *INNER, "-rs", "--tier", "smoke", "--task", "tiny", "--plugin", TINY,
+              "--results", "out/store.jsonl"]  # fmt: skip
+    r = pytester.runpytest_inprocess(
+        *common, "--plugin", "explode.py", "--compressor", "explode", "--benchmark-json", str(bench)
     )
-
-
-def test_matrix_run_broken_plugin_and_resume(tmp_path):
-    (tmp_path / "explode.py").write_text(EXPLODE)
-    store = tmp_path / "out" / "store.jsonl"
-    bench = tmp_path / "bench.json"
-    common = ["--tier", "smoke", "--task", "tiny", "--plugin", TINY, "--results", str(store)]
-    r = _pytest(*common, "--plugin", "explode.py", "--compressor", "explode", "--benchmark-json", str(bench), cwd=tmp_path)
-    out = r.stdout + r.stderr
-    assert r.returncode == 1, out
-    assert "1 passed" in out and "1 failed" in out, out
+    out = r.stdout.str()
+    assert r.ret == pytest.ExitCode.TESTS_FAILED, out
+    r.assert_outcomes(passed=1, failed=1)
     assert "test_cell[tiny-explode-seed0]" in out
     assert "failed: RuntimeError: kaboom in compress second line" in out  # one line, no traceback
     records, problems = read_jsonl(store)
@@ -73,29 +78,29 @@ def test_matrix_run_broken_plugin_and_resume(tmp_path):
     assert set(none["extra_info"]["modeled_time_to_target_s"]) >= {"1Gbps"}
     assert benches["tiny-explode-seed0"]["extra_info"]["status"] == "failed"
 
-    # resume: the finished cell is skipped ("already in store"); the failed one would be retried
-    r = _pytest(*common, "--no-baseline", "--compressor", "none", cwd=tmp_path)
-    out = r.stdout + r.stderr
-    assert r.returncode == 0, out
-    assert "1 skipped" in out and "already in store" in out, out
+    # resume: the finished cell is skipped ("already in store"); nothing is appended
+    r = pytester.runpytest_inprocess(*common, "--no-baseline", "--compressor", "none")
+    assert r.ret == pytest.ExitCode.OK, r.stdout.str()
+    r.assert_outcomes(skipped=1)
+    assert "already in store" in r.stdout.str()
     assert len(read_jsonl(store)[0]) == 2
 
 
 def test_options_do_not_interfere_with_other_runs(pytester):
     pytester.makepyfile(test_plain="def test_one():\n    assert 1 + 1 == 2\n")
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess(*INNER)
     result.assert_outcomes(passed=1)
     assert not (pytester.path / "results").exists()
-    help_text = pytester.runpytest_inprocess("--help").stdout.str()
+    help_text = pytester.runpytest_inprocess(*INNER, "--help").stdout.str()
     for opt in ("--tier", "--mpcbench-tier", "--compressor", "--results", "--cell-timeout", "--plugin"):
         assert opt in help_text
 
 
 def test_bad_selection_is_a_one_line_collection_error(pytester):
-    result = pytester.runpytest_inprocess(str(SUITE), "-p", "no:cacheprovider", "--task", "imagenet")
+    result = pytester.runpytest_inprocess(str(SUITE), *INNER, "--task", "imagenet")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     out = result.stdout.str()
     assert "mpcbench: unknown task 'imagenet'; valid tasks:" in out
     assert "Traceback" not in out and "During handling" not in out
-    result = pytester.runpytest_inprocess(str(SUITE), "-p", "no:cacheprovider", "--seeds", "a,b")
+    result = pytester.runpytest_inprocess(str(SUITE), *INNER, "--seeds", "a,b")
     assert "mpcbench: --seeds: 'a,b' is not a seed count" in result.stdout.str()

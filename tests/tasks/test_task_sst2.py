@@ -13,7 +13,7 @@ SENTENCES = ["a charming and often affecting journey .", "unflinchingly bleak", 
 
 @pytest.fixture(scope="module")
 def task():
-    return Sst2(tier="quick")  # all six layers (smoke keeps three)
+    return Sst2(tier="full")  # all six layers (smoke and quick keep three)
 
 
 @pytest.mark.parametrize("n_stages", [2, 3])

@@ -1,0 +1,173 @@
+"""Timing helpers shared by the benchmarks (not a test module; imported by them).
+
+How a time is taken (``bench``): pytest-benchmark's ``pedantic`` mode with a fixed number
+of ``rounds`` after one warm-up round; each round runs the function ``iterations`` times
+back to back and records the mean, and we report the *minimum* over rounds (the least
+disturbed by other processes on a shared machine). ``iterations`` is chosen from a probe
+call so that one round lasts about ``ROUND_S`` (1 ms on CUDA, so the one synchronization
+per round is amortized; on CPU one call per round is already milliseconds).
+On CUDA the clock synchronizes the device before it is read, so a round's time covers
+every kernel its calls launched and nothing else (no per-call sync).
+
+The memory-bandwidth floor (``floor_s``) is the time to read the input once, measured the
+same way on the same tensor in the same session: ``x.sum()``, a single-pass reduction
+whose output is one scalar, so its traffic is exactly ``x.nbytes`` read. (A copy would
+also write ``x.nbytes``; an empty kernel would ignore the data.) A compressor's *multiple
+of the floor* is its time divided by ``floor_s``; 1.0 means "as fast as reading the input".
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from compressors import Compressor, TensorInfo, TensorRole, build, get_class
+from compressors.registry import _wants_compressor
+
+__all__ = [
+    "ROUNDS",
+    "Shape",
+    "parse_shape",
+    "synced_clock",
+    "measure",
+    "bench",
+    "default_spec",
+    "main_role",
+    "make_info",
+    "make_input",
+    "DEFAULT_SPECS",
+]
+
+ROUNDS = int(os.environ.get("MPCBENCH_BENCH_ROUNDS", "5"))  # timed rounds per benchmark (min is reported)
+ROUND_S = {"cpu": 0.02, "cuda": 0.001}  # target duration of one round: sets iterations per round
+MAX_ITERATIONS = 1000
+
+Shape = tuple[int, ...]
+
+# Specs whose bare name is not "the default settings" (wrappers need an inner compressor).
+DEFAULT_SPECS: dict[str, str] = {
+    "ef": "ef(topk(ratio=0.1))",
+    "ef21": "ef21(topk(ratio=0.1))",
+}
+NESTED_DEFAULT = "topk(ratio=0.1)"
+
+
+def parse_shape(text: str) -> Shape:
+    """``"8x512x512"`` -> ``(8, 512, 512)``."""
+    try:
+        shape = tuple(int(s) for s in text.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"bad shape {text!r}; expected e.g. 8x512x512") from None
+    if not shape or min(shape) < 1:
+        raise ValueError(f"bad shape {text!r}; every dimension must be >= 1")
+    return shape
+
+
+# --------------------------------------------------------------------------- clocks
+def synced_clock(device: torch.device) -> Callable[[], float]:
+    """``time.perf_counter`` that first waits for ``device``'s queued kernels (CUDA)."""
+    if device.type != "cuda":
+        return time.perf_counter
+
+    def clock() -> float:
+        torch.cuda.synchronize(device)
+        return time.perf_counter()
+
+    return clock
+
+
+def _iterations(fn: Callable[[], Any], device: torch.device) -> int:
+    clock = synced_clock(device)
+    fn()  # warm-up (lazy init, allocator, autotuning)
+    t0 = clock()
+    fn()
+    probe = max(clock() - t0, 1e-7)
+    return max(1, min(MAX_ITERATIONS, round(ROUND_S[device.type] / probe)))
+
+
+def measure(fn: Callable[[], Any], device: torch.device, rounds: int = ROUNDS) -> float:
+    """Minimum over ``rounds`` of the mean seconds per call (same scheme as :func:`bench`)."""
+    clock = synced_clock(device)
+    n = _iterations(fn, device)
+    best = math.inf
+    for _ in range(rounds):
+        t0 = clock()
+        for _ in range(n):
+            fn()
+        best = min(best, (clock() - t0) / n)
+    return best
+
+
+def bench(benchmark, fn: Callable[[], Any], device: torch.device, rounds: int = ROUNDS) -> float | None:
+    """Time ``fn`` with pytest-benchmark; return the minimum seconds per call (None if disabled)."""
+    if getattr(benchmark, "disabled", False):
+        fn()
+        return None
+    benchmark._timer = synced_clock(device)  # read by pedantic's runner; syncs once per round on CUDA
+    n = _iterations(fn, device)
+    benchmark.pedantic(fn, rounds=rounds, iterations=n, warmup_rounds=1)
+    return float(benchmark.stats.stats.min)
+
+
+# --------------------------------------------------------------------------- compressors
+def default_spec(name: str) -> tuple[str | None, str]:
+    """(spec at default settings, skip reason) for registered compressor ``name``.
+
+    Wrappers get ``topk(ratio=0.1)`` as their inner compressor; compressors that need model
+    features (``requires``) or other required arguments are skipped with the reason.
+    """
+    if name in DEFAULT_SPECS:
+        return DEFAULT_SPECS[name], ""
+    cls = get_class(name)
+    if cls.requires:
+        return None, f"{name} requires model features {sorted(cls.requires)}"
+    args = []
+    for pname, p in inspect.signature(cls.__init__).parameters.items():
+        if pname == "self" or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) or p.default is not p.empty:
+            continue
+        if not _wants_compressor(cls, pname):
+            return None, f"{name} needs construction argument {pname!r}; add it to DEFAULT_SPECS"
+        args.append(f"{pname}={NESTED_DEFAULT}")
+    return (f"{name}({', '.join(args)})" if args else name), ""
+
+
+def main_role(comp: Compressor) -> TensorRole:
+    """Activation if supported (the issue's use case), else the compressor's first role."""
+    roles = comp.roles
+    return TensorRole.ACTIVATION if TensorRole.ACTIVATION in roles else sorted(roles, key=lambda r: r.value)[0]
+
+
+def make_input(shape: Shape, dtype: torch.dtype, device: torch.device, seed: int = 0) -> torch.Tensor:
+    """Standard-normal test tensor (drawn on CPU for reproducibility, then moved)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g).to(device=device, dtype=dtype)
+
+
+def make_info(x: torch.Tensor, role: TensorRole, seed: int = 1234) -> TensorInfo:
+    ids = None if role is TensorRole.WEIGHT_GRAD else torch.arange(x.shape[0], dtype=torch.int64)
+    return TensorInfo(
+        role=role, boundary=0, microbatch=0, step=0, shape=x.shape, dtype=x.dtype,
+        device=x.device, sample_ids=ids, seed=seed, training=True,
+    )  # fmt: skip
+
+
+@dataclass
+class Pair:
+    """A sender and a receiver instance of one spec (one link, as the runtime builds them)."""
+
+    spec: str
+    sender: Compressor
+    receiver: Compressor
+
+    @classmethod
+    def build(cls, spec: str, device: torch.device) -> "Pair":
+        s, r = build(spec), build(spec)
+        s.to(device)
+        r.to(device)
+        return cls(spec, s, r)

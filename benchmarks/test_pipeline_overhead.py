@@ -1,0 +1,113 @@
+"""Pipeline overhead: the ``none`` pipeline in single-process mode vs. the unsplit model.
+
+Both train the same task, stages, optimizers and micro-batches for the same steps:
+``suite.reference.train_unsplit`` composes the stages in one autograd graph (the
+baseline), ``suite.runtime.run`` runs them as a pipeline (schedule, boundary ends,
+``none`` compressor, LocalTransport framing, per-section clocks). The measured quantity is
+the *step time*: the mean wall-clock of a training step excluding the first step (warm-up)
+as both report it, minimum over rounds. ``extra_info`` of the pipeline benchmark holds
+``ratio = pipeline step / unsplit step`` (the issue's goal on H100: <= 1.05) and the
+absolute overhead per step and per boundary message.
+
+The pytest-benchmark time itself is a whole run (set-up, training, the pipeline's final
+evaluation), so compare step times through ``extra_info`` (``benchmarks/report.py`` does).
+
+Cases: ``tiny`` (a 16-32-32-32-4 MLP: compute is microseconds, so the ratio exposes the
+runtime's fixed per-message cost), CIFAR-10 ResNet-18 at the quick tier's quarter width on
+CPU (skipped without the data set), and the full-width network on CUDA when present.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+import pytest
+import torch
+
+from conftest import devices
+from suite.config import CellConfig, CompressionPlan
+from suite.reference import train_unsplit
+from suite.runtime import run
+from tasks import DataMissingError
+
+TINY_TASK = str(Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "tiny_task.py")
+ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class OverheadCase:
+    id: str
+    device: str
+    config: dict[str, Any] = field(hash=False)
+
+    def cell(self) -> CellConfig:
+        return CellConfig(
+            plan=CompressionPlan("none", "none"), device=self.device, eval_uncompressed=False, **self.config
+        )
+
+
+CASES = [
+    OverheadCase("tiny-4stage", "cpu", dict(task="tiny", tier="quick", stages=4, schedule="1f1b", plugins=(TINY_TASK,))),
+    OverheadCase("cifar10-quick-4stage", "cpu", dict(task="cifar10", tier="quick", stages=4, schedule="1f1b", steps=8)),
+    OverheadCase("cifar10-full-4stage", "cuda", dict(task="cifar10", tier="full", stages=4, schedule="1f1b", steps=40)),
+]
+VARIANTS = ("unsplit", "pipeline_none")
+_UNSPLIT_STEP_S: dict[str, float] = {}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "overhead_case" in metafunc.fixturenames:
+        devs = devices(metafunc.config)
+        params = [
+            pytest.param(c, v, id=f"{c.id}-{v}")
+            for c in CASES
+            if c.device in devs
+            for v in VARIANTS  # unsplit first: the pipeline benchmark reads its step time
+        ]
+        metafunc.parametrize("overhead_case,variant", params)
+
+
+def _unsplit_step(cfg: CellConfig) -> float:
+    walls = train_unsplit(cfg).step_walls
+    return fmean(walls[1:] if len(walls) > 2 else walls)
+
+
+def _pipeline_step(cfg: CellConfig) -> float:
+    return run(cfg).time.step_s  # mean over steps 1.. (summary._measured)
+
+
+def test_step_time(benchmark, overhead_case: OverheadCase, variant: str):
+    cfg = overhead_case.cell()
+    measure = _unsplit_step if variant == "unsplit" else _pipeline_step
+    try:
+        measure(cfg)  # warm-up: data decode/cache, allocator, cuDNN autotuning
+    except DataMissingError as e:
+        pytest.skip(f"{overhead_case.id}: {e}")
+    steps: list[float] = []
+    benchmark.group = f"pipeline-overhead-{overhead_case.id}"
+    benchmark.pedantic(lambda: steps.append(measure(cfg)), rounds=ROUNDS, iterations=1)
+    step_s = min(steps)
+    cfg = cfg.validate()
+    S = cfg.n_stages
+    from tasks import get_task_class
+
+    M = cfg.microbatches or get_task_class(cfg.task).tiers[cfg.tier].microbatches
+    benchmark.extra_info.update(
+        case=overhead_case.id, variant=variant, device=overhead_case.device, step_s=step_s,
+        stages=S, microbatches=M, messages_per_step=2 * (S - 1) * M,
+    )  # fmt: skip
+    if variant == "unsplit":
+        _UNSPLIT_STEP_S[overhead_case.id] = step_s
+        return
+    base = _UNSPLIT_STEP_S.get(overhead_case.id)
+    if base is None:  # unsplit deselected: measure it here (not benchmarked)
+        base = min(_unsplit_step(cfg) for _ in range(ROUNDS))
+    overhead = step_s - base
+    benchmark.extra_info.update(
+        unsplit_step_s=base, ratio=step_s / base, overhead_per_step_s=overhead,
+        overhead_per_message_s=overhead / (2 * (S - 1) * M),
+    )  # fmt: skip
+    assert step_s > 0 and base > 0

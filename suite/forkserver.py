@@ -1,0 +1,306 @@
+"""A fork server for cells: one preloaded process that forks a fresh child per cell.
+
+Starting a cell from a bare interpreter costs seconds before any training: importing torch,
+``torch._dynamo`` (pulled in by the first optimizer), torchvision and transformers. On the
+small tiers that is most of a cell's time. The fork server (``python -m suite.forkserver``)
+imports them once; every cell is then a ``fork()`` of it, so a child starts in milliseconds
+with the libraries already loaded and nothing else: no plugin, task data, model or CUDA
+context is ever created in the server (so forking is safe), each child imports its own
+plugins and builds its own task.
+
+Each child is as isolated as a spawned process: its own address space, its own session
+(``setsid``: the runner kills its whole process group on a timeout), stdout/stderr to the
+cell's log, stdin from ``/dev/null``, the environment and working directory of the runner at
+the moment of the request. The server reaps children and reports their exit status; it exits
+(killing its children's groups) when the runner closes the pipe or dies.
+
+Protocol, one JSON object per line. Runner -> server: ``{"argv": [...], "log": path, "env":
+{...}, "cwd": path, "runner": pid}``. Server -> runner: ``{"ready": pid}`` once, then
+``{"started": pid}`` per request (or ``{"error": reason}``) and ``{"exited": pid, "status":
+code}`` (negative: killed by that signal) when a child ends.
+
+``suite.cell`` uses it on Linux; ``MPCBENCH_ISOLATION=spawn`` (or a platform without
+``fork``) runs every cell in a freshly spawned interpreter instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import queue
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+__all__ = ["ForkServer", "Child", "PRELOAD", "get_server", "shutdown"]
+
+# imported once by the server; a module that fails to import is skipped (its cells will say why)
+PRELOAD = ("torch", "torch._dynamo", "torch.distributed", "torchvision", "transformers", "suite.runtime", "suite.cell")
+READY_TIMEOUT_S = 600.0
+
+
+class ForkServerError(RuntimeError):
+    """The fork server could not start or died; the caller falls back to spawning."""
+
+
+class Child:
+    """A cell process forked by the server."""
+
+    def __init__(self, server: "ForkServer", pid: int) -> None:
+        self.server = server
+        self.pid = pid
+
+    def wait(self, timeout: float | None) -> int | None:
+        """Exit code (negative: signal), or None if still running after ``timeout`` seconds.
+
+        If the server dies while the child runs, the child is killed with it: reported as
+        SIGKILL."""
+        return self.server._wait(self.pid, timeout)
+
+
+class ForkServer:
+    """Runner-side handle of one fork server process (thread-safe)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = dict(env)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "suite.forkserver", str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=self.env,
+            start_new_session=True,  # Ctrl-C in the terminal reaches the runner, not the server
+            text=True,
+            bufsize=1,
+        )
+        self._started: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._exits: dict[int, int] = {}
+        self._cond = threading.Condition()
+        self._send_lock = threading.Lock()
+        self._dead = False
+        self._ready: queue.Queue[dict[str, Any]] = queue.Queue()
+        threading.Thread(target=self._read, name="mpcbench-forkserver-reader", daemon=True).start()
+        try:
+            self._ready.get(timeout=READY_TIMEOUT_S)
+        except queue.Empty:
+            self.close()
+            raise ForkServerError("the fork server did not start") from None
+        if self._dead:
+            raise ForkServerError("the fork server exited while starting")
+
+    # -- runner side ---------------------------------------------------------------------
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if "ready" in msg:
+                self._ready.put(msg)
+            elif "exited" in msg:
+                with self._cond:
+                    self._exits[int(msg["exited"])] = int(msg["status"])
+                    self._cond.notify_all()
+            else:
+                self._started.put(msg)
+        with self._cond:  # EOF: the server is gone
+            self._dead = True
+            self._cond.notify_all()
+        self._ready.put({})
+        self._started.put({"error": "the fork server exited"})
+
+    @property
+    def alive(self) -> bool:
+        return not self._dead and self._proc.poll() is None
+
+    def start(self, argv: list[str], log: str, env: dict[str, str], cwd: str) -> Child:
+        """Fork a child that runs ``python -m`` ``argv`` (see ``_child_main``)."""
+        request = {"argv": argv, "log": log, "env": env, "cwd": cwd, "runner": os.getpid()}
+        with self._send_lock:
+            if not self.alive:
+                raise ForkServerError("the fork server is not running")
+            try:
+                assert self._proc.stdin is not None
+                self._proc.stdin.write(json.dumps(request) + "\n")
+                self._proc.stdin.flush()
+            except (BrokenPipeError, OSError) as e:
+                raise ForkServerError(f"cannot reach the fork server: {e}") from None
+            reply = self._started.get()
+        if "started" not in reply:
+            raise ForkServerError(str(reply.get("error", "fork failed")))
+        return Child(self, int(reply["started"]))
+
+    def _wait(self, pid: int, timeout: float | None) -> int | None:
+        with self._cond:
+            self._cond.wait_for(lambda: pid in self._exits or self._dead, timeout)
+            if pid in self._exits:
+                return self._exits.pop(pid)
+            if self._dead:
+                return -signal.SIGKILL  # the server killed its children on the way out
+            return None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            if self._proc.stdin:
+                self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+
+
+_SERVER: ForkServer | None = None
+_SERVER_LOCK = threading.Lock()
+
+
+# set by pytest for every test: not read by any library at import time
+_VOLATILE_ENV = ("PYTEST_CURRENT_TEST",)
+
+
+def _env_key(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in _VOLATILE_ENV}
+
+
+def get_server(env: dict[str, str]) -> ForkServer:
+    """The runner's fork server for this environment (restarted if the environment changed,
+    since libraries read some variables, e.g. OMP_NUM_THREADS or HF_HUB_OFFLINE, at import)."""
+    global _SERVER
+    with _SERVER_LOCK:
+        if _SERVER is not None and (not _SERVER.alive or _env_key(_SERVER.env) != _env_key(env)):
+            _SERVER.close()
+            _SERVER = None
+        if _SERVER is None:
+            _SERVER = ForkServer(env)
+        return _SERVER
+
+
+def shutdown() -> None:
+    global _SERVER
+    with _SERVER_LOCK:
+        if _SERVER is not None:
+            _SERVER.close()
+            _SERVER = None
+
+
+# --------------------------------------------------------------------------- server side
+def _send(msg: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(msg) + "\n")
+    sys.stdout.flush()
+
+
+def _kill_children(children: set[int]) -> None:
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _watch_runner(runner: int) -> None:
+    """In a child: kill our own process group when the runner is gone (checked every second)."""
+
+    def loop() -> None:
+        while True:
+            time.sleep(1.0)
+            if not _alive(runner):
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=loop, name="mpcbench-runner-watch", daemon=True).start()
+
+
+def _child_main(req: dict[str, Any], entry: Callable[[list[str]], int]) -> None:
+    """In the forked child: become an isolated process, then run ``entry(argv)``. Never returns."""
+    code = 1
+    try:
+        os.setsid()
+        fd = os.open(req["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.environ.clear()
+        os.environ.update(req["env"])
+        for p in reversed([p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]):
+            if p not in sys.path:
+                sys.path.insert(0, p)
+        os.chdir(req["cwd"])
+        _watch_runner(int(req["runner"]))
+        code = entry(list(req["argv"]))
+    except BaseException:  # noqa: BLE001 - anything here ends this child only
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code if isinstance(code, int) else 1)
+
+
+def serve(runner: int) -> None:
+    """The server loop: preload, then fork one child per request until the runner goes away."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in PRELOAD:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+    from suite.cell import child_entry  # the same code path a spawned cell runs
+
+    _send({"ready": os.getpid()})
+    children: set[int] = set()
+    stdin = sys.stdin
+    try:
+        while True:
+            ready, _, _ = select.select([stdin], [], [], 0.2)
+            while children:  # reap finished children
+                try:
+                    pid, status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid == 0:
+                    break
+                children.discard(pid)
+                _send({"exited": pid, "status": os.waitstatus_to_exitcode(status)})
+            if not _alive(runner):
+                break
+            if not ready:
+                continue
+            line = stdin.readline()
+            if not line:  # the runner closed the pipe (or died)
+                break
+            try:
+                req = json.loads(line)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+            except Exception as e:  # noqa: BLE001
+                _send({"error": f"{type(e).__name__}: {e}"})
+                continue
+            if pid == 0:
+                _child_main(req, child_entry)
+            children.add(pid)
+            _send({"started": pid})
+    finally:
+        _kill_children(children)
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))
