@@ -5,9 +5,15 @@ of ``rounds`` after one warm-up round; each round runs the function ``iterations
 back to back and records the mean, and we report the *minimum* over rounds (the least
 disturbed by other processes on a shared machine). ``iterations`` is chosen from a probe
 call so that one round lasts about ``ROUND_S`` (1 ms on CUDA, so the one synchronization
-per round is amortized; on CPU one call per round is already milliseconds).
+per round is amortized; on CPU a round is 20 ms).
 On CUDA the clock synchronizes the device before it is read, so a round's time covers
 every kernel its calls launched and nothing else (no per-call sync).
+On CPU the clock is, by default, the benchmarking thread's CPU time
+(``time.thread_time``, user + system), not wall-clock: the benchmarks run torch with one
+thread (``--bench-threads 1``), so every operation runs on that thread, and on a shared
+machine the time it spends descheduled is excluded (measured at load 5 on 2 cores: TopK's
+wall-clock min over 20 calls was 105 ms, its CPU time 53 ms; x.sum() 0.42 ms either way).
+``--bench-clock wall`` switches back to ``time.perf_counter``.
 
 The memory-bandwidth floor (``floor_s``) is the time to read the input once, measured the
 same way on the same tensor in the same session: ``x.sum()``, a single-pass reduction
@@ -35,6 +41,7 @@ __all__ = [
     "Shape",
     "parse_shape",
     "synced_clock",
+    "use_cpu_clock",
     "measure",
     "bench",
     "default_spec",
@@ -44,7 +51,7 @@ __all__ = [
     "DEFAULT_SPECS",
 ]
 
-ROUNDS = int(os.environ.get("MPCBENCH_BENCH_ROUNDS", "5"))  # timed rounds per benchmark (min is reported)
+ROUNDS = int(os.environ.get("MPCBENCH_BENCH_ROUNDS", "7"))  # timed rounds per benchmark (min is reported)
 ROUND_S = {"cpu": 0.02, "cuda": 0.001}  # target duration of one round: sets iterations per round
 MAX_ITERATIONS = 1000
 
@@ -70,10 +77,19 @@ def parse_shape(text: str) -> Shape:
 
 
 # --------------------------------------------------------------------------- clocks
+CPU_CLOCKS: dict[str, Callable[[], float]] = {"thread": time.thread_time, "wall": time.perf_counter}
+_cpu_clock: list[Callable[[], float]] = [time.thread_time]
+
+
+def use_cpu_clock(name: str) -> None:
+    """Select the CPU clock: ``thread`` (CPU time of this thread) or ``wall``."""
+    _cpu_clock[0] = CPU_CLOCKS[name]
+
+
 def synced_clock(device: torch.device) -> Callable[[], float]:
-    """``time.perf_counter`` that first waits for ``device``'s queued kernels (CUDA)."""
+    """The CPU clock, or on CUDA ``time.perf_counter`` after waiting for queued kernels."""
     if device.type != "cuda":
-        return time.perf_counter
+        return _cpu_clock[0]
 
     def clock() -> float:
         torch.cuda.synchronize(device)

@@ -47,7 +47,8 @@ def machine_line(doc: dict[str, Any]) -> str:
     m, c = doc.get("machine_info", {}), doc.get("commit_info", {})
     cpu = m.get("cpu", {}).get("brand_raw", m.get("processor", "?"))
     parts = [
-        f"{cpu}, {m.get('cpu_count', '?')} cores, torch {m.get('torch', '?')} ({m.get('torch_threads', '?')} threads)",
+        f"{cpu}, {m.get('cpu_count', '?')} cores, torch {m.get('torch', '?')} ({m.get('torch_threads', '?')} threads, "
+        f"CPU clock: {m.get('cpu_clock', 'wall')})",
     ]
     if m.get("cuda_device"):
         parts.append(f"GPU {m['cuda_device']} (CUDA {m.get('cuda_version')})")

@@ -101,13 +101,24 @@ def _kill_group(child: Any) -> int | None:
     return rc
 
 
-def _launch(argv: list[str], log: Path, logf: Any, env: dict[str, str]) -> Any:
+def _task_module(task: str) -> tuple[str, ...]:
+    """The built-in module defining ``task`` (for the fork server to preload), if any."""
+    try:
+        from tasks import get_task_class
+
+        module = get_task_class(task).__module__
+    except Exception:  # noqa: BLE001 - the cell itself will report it
+        return ()
+    return (module,) if module.startswith("tasks.") else ()
+
+
+def _launch(argv: list[str], log: Path, logf: Any, env: dict[str, str], task: str) -> Any:
     """Start the cell process: forked from the fork server when possible, else spawned."""
     if os.environ.get("MPCBENCH_ISOLATION", "fork") != "spawn" and hasattr(os, "fork") and sys.platform == "linux":
         from .forkserver import ForkServerError, get_server
 
         try:
-            return get_server(env).start(argv, str(log), env, os.getcwd())
+            return get_server(env).start(argv, str(log), env, os.getcwd(), preload=_task_module(task))
         except ForkServerError as e:
             logf.write(f"(fork server unavailable: {e}; spawning)\n")
             logf.flush()
@@ -125,7 +136,8 @@ def run_cell(
 
     Never raises for anything the cell does (KeyboardInterrupt is passed on after the
     child is killed). ``time_limit_s`` defaults to ``config.time_limit_s`` (None: no limit).
-    ``runtime`` is the ``module:function`` the child calls; only tests change it.
+    ``runtime`` is the ``module:function`` (or ``file.py:function``) the child calls; only
+    tests change it.
     """
     from .provenance import provenance
 
@@ -154,7 +166,7 @@ def run_cell(
         with open(log, "a", encoding="utf-8") as logf:
             logf.write(f"=== {_now()} {config.cell_id} (key {config.key()}, limit {limit} s)\n")
             logf.flush()
-            child = _launch(argv, log, logf, env)
+            child = _launch(argv, log, logf, env, config.task)
             timed_out = False
             try:
                 rc = child.wait(limit)
@@ -252,14 +264,27 @@ def _write(out: Path, payload: dict[str, Any]) -> None:
     os.replace(tmp, out)
 
 
+def _import(module: str) -> Any:
+    """A module by name, or from a ``.py`` file path (test runtimes)."""
+    import importlib
+    import importlib.util
+
+    if not module.endswith(".py"):
+        return importlib.import_module(module)
+    spec = importlib.util.spec_from_file_location(Path(module).stem, module)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {module}")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def execute(config_file: str | Path, out_file: str | Path, runtime: str = DEFAULT_RUNTIME) -> int:
     """The child's work: validate, run, write ``{"ok", "result" | "error", "wall_s", "provenance"}``.
 
     Any exception (SystemExit from a plugin included) becomes a one-line error in the output
     file and a full traceback on stderr (the cell's log). Returns the exit code.
     """
-    import importlib
-
     out = Path(out_file)
     prov: dict[str, Any] | None = None
     try:
@@ -267,8 +292,8 @@ def execute(config_file: str | Path, out_file: str | Path, runtime: str = DEFAUL
 
         config = CellConfig.from_dict(json.loads(Path(config_file).read_text())).validate()
         prov = provenance(config)
-        module, _, fn = runtime.partition(":")
-        run = getattr(importlib.import_module(module), fn or "run")
+        module, _, fn = runtime.rpartition(":") if runtime.count(":") else (runtime, "", "run")
+        run = getattr(_import(module), fn or "run")
         t0 = time.perf_counter()
         result = run(config)
         wall = time.perf_counter() - t0

@@ -202,6 +202,13 @@ class CellConfig:
                 raise ConfigError(f"{name}={v!r} must be an integer >= {lo}")
         if self.microbatches is not None and (not isinstance(self.microbatches, int) or self.microbatches < 1):
             raise ConfigError(f"microbatches={self.microbatches!r} must be an integer >= 1")
+        budget = cls.tiers[self.tier]
+        m = self.microbatches or budget.microbatches
+        if budget.batch_size % m:  # caught here, before any training, rather than in every cell
+            raise ConfigError(
+                f"microbatches={m} does not divide the {self.tier} batch size {budget.batch_size} of task "
+                f"{self.task!r}; pick a divisor of {budget.batch_size}"
+            )
         if self.steps is not None and (not isinstance(self.steps, int) or self.steps < 1):
             raise ConfigError(f"steps={self.steps!r} must be an integer >= 1")
         for b, _, _ in self.plan.per_boundary:

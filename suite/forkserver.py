@@ -15,7 +15,7 @@ the moment of the request. The server reaps children and reports their exit stat
 (killing its children's groups) when the runner closes the pipe or dies.
 
 Protocol, one JSON object per line. Runner -> server: ``{"argv": [...], "log": path, "env":
-{...}, "cwd": path, "runner": pid}``. Server -> runner: ``{"ready": pid}`` once, then
+{...}, "cwd": path, "runner": pid, "preload": [module, ...]}``. Server -> runner: ``{"ready": pid}`` once, then
 ``{"started": pid}`` per request (or ``{"error": reason}``) and ``{"exited": pid, "status":
 code}`` (negative: killed by that signal) when a child ends.
 
@@ -40,8 +40,10 @@ from typing import Any, Callable
 
 __all__ = ["ForkServer", "Child", "PRELOAD", "get_server", "shutdown"]
 
-# imported once by the server; a module that fails to import is skipped (its cells will say why)
-PRELOAD = ("torch", "torch._dynamo", "torch.distributed", "torchvision", "transformers", "suite.runtime", "suite.cell")
+# imported once by the server; a module that fails to import is skipped (its cells will say why).
+# A request can name more (the cell's task module, e.g. tasks.sst2 -> transformers): imported
+# before that fork and kept for the next children.
+PRELOAD = ("torch", "torch._dynamo", "torch.distributed", "compressors.builtins", "suite.runtime", "suite.cell")
 READY_TIMEOUT_S = 600.0
 
 
@@ -120,9 +122,10 @@ class ForkServer:
     def alive(self) -> bool:
         return not self._dead and self._proc.poll() is None
 
-    def start(self, argv: list[str], log: str, env: dict[str, str], cwd: str) -> Child:
-        """Fork a child that runs ``python -m`` ``argv`` (see ``_child_main``)."""
-        request = {"argv": argv, "log": log, "env": env, "cwd": cwd, "runner": os.getpid()}
+    def start(self, argv: list[str], log: str, env: dict[str, str], cwd: str, preload: tuple[str, ...] = ()) -> Child:
+        """Fork a child that runs ``python -m`` ``argv`` (see ``_child_main``), after the server
+        imported ``preload`` (built-in modules only: never a plugin)."""
+        request = {"argv": argv, "log": log, "env": env, "cwd": cwd, "runner": os.getpid(), "preload": list(preload)}
         with self._send_lock:
             if not self.alive:
                 raise ForkServerError("the fork server is not running")
@@ -160,8 +163,8 @@ _SERVER: ForkServer | None = None
 _SERVER_LOCK = threading.Lock()
 
 
-# set by pytest for every test: not read by any library at import time
-_VOLATILE_ENV = ("PYTEST_CURRENT_TEST",)
+# set by pytest (for every test, or by pytester): not read by any library at import time
+_VOLATILE_ENV = ("PYTEST_CURRENT_TEST", "PYTEST_DEBUG_TEMPROOT", "PY_COLORS")
 
 
 def _env_key(env: dict[str, str]) -> dict[str, str]:
@@ -288,6 +291,10 @@ def serve(runner: int) -> None:
                 break
             try:
                 req = json.loads(line)
+                for name in req.get("preload", ()):
+                    if name not in sys.modules:
+                        with contextlib.suppress(Exception):
+                            importlib.import_module(name)
                 sys.stdout.flush()
                 sys.stderr.flush()
                 pid = os.fork()

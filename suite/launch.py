@@ -38,6 +38,7 @@ __all__ = ["launch", "DEFAULT_TIME_LIMIT_S", "RUN_MARKER"]
 
 DEFAULT_TIME_LIMIT_S = 4 * 3600.0  # watchdog when the config sets no time_limit_s
 RUN_MARKER = "MPCBENCH_RUN_DIR"  # env var set on every process of a run (the cleanup sweep's key)
+_DIST_ENV = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
 _SECONDARY = ("peer died or stalled", "Connection closed", "Connection reset", "Broken pipe", "SIGTERM", "SignalException")
 
 
@@ -59,8 +60,9 @@ def launch(config: CellConfig, keep_dir: bool = False) -> RunResult:
         "-m", "suite.worker", "--config", str(cfg_path), "--out", str(run_dir),
     ]  # fmt: skip
     env = {**os.environ, RUN_MARKER: str(run_dir), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
-        env.pop(k, None)  # a run launched from inside another distributed job starts fresh
+    for k in list(env):  # a run launched from inside another distributed job starts fresh
+        if k in _DIST_ENV or k.startswith("TORCHELASTIC_"):
+            del env[k]
     limit = config.time_limit_s or DEFAULT_TIME_LIMIT_S
     log_path = run_dir / "torchrun.log"
     ok = False
@@ -69,7 +71,7 @@ def launch(config: CellConfig, keep_dir: bool = False) -> RunResult:
             # torchrun stays in the caller's process group (a runner that kills its cell's group
             # reaches it) and dies with the caller; workers die with torchrun (see worker.py).
             proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, preexec_fn=_pdeathsig_setter()
             )
             try:
                 rc = proc.wait(timeout=limit)
@@ -93,14 +95,19 @@ def launch(config: CellConfig, keep_dir: bool = False) -> RunResult:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _die_with_parent() -> None:
-    """In the child before exec (Linux): SIGKILL it when the launching process dies."""
+def _pdeathsig_setter():
+    """A no-argument callable for ``preexec_fn`` that makes the child get SIGKILL when the
+    launching thread dies (Linux ``PR_SET_PDEATHSIG``), or None elsewhere. libc is resolved
+    here, in the parent: between fork and exec the child must not import or allocate much
+    (the caller may have threads)."""
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - not Linux: the marker sweep still applies
-        pass
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    sig = int(signal.SIGKILL)
+    return lambda: prctl(1, sig)  # PR_SET_PDEATHSIG
 
 
 def _marked_pids(run_dir: Path) -> list[int]:

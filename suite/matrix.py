@@ -503,6 +503,8 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
                     valid = replace(replace(cfg, plugins=()).validate(), plugins=cfg.plugins)
                     task_cls = get_task_class(task)
                     _check_roles(valid.plan, valid.dp, where)
+                except MatrixError:
+                    raise  # already names the cell
                 except (ConfigError, CompressorError, TaskError) as e:
                     raise MatrixError(f"{where}: {e}") from None
                 skip = _not_applicable(valid.plan, task_cls)

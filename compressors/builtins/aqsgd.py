@@ -51,8 +51,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..api import Compressor, CompressorError, Payload, TensorInfo, TensorRole, check_finite
+from ..api import Compressor, CompressorError, Payload, TensorInfo, TensorRole
 from ..registry import check_choice, check_range, register
+from ._common import require_finite
 from .quantization import Quant
 
 __all__ = ["AQSGD", "RowStore", "cache_dir"]
@@ -218,7 +219,7 @@ class AQSGD(Compressor):
         return rows.reshape(ids.size, *like.shape[1:])
 
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:
-        check_finite(x, info, "aqsgd")
+        require_finite(x, info, "aqsgd")
         if x.dim() == 0:
             raise CompressorError("aqsgd: cannot compress a 0-d tensor (no batch dim)")
         x = x.detach()

@@ -32,8 +32,9 @@ from typing import Iterator
 import torch
 from torch import Tensor, nn
 
-from ..api import Compressor, CompressorError, Payload, TensorInfo, TensorRole, check_finite
+from ..api import Compressor, CompressorError, Payload, TensorInfo, TensorRole
 from ..registry import check_range, register
+from ._common import require_finite
 
 __all__ = ["LinearAutoencoder"]
 
@@ -110,7 +111,7 @@ class LinearAutoencoder(Compressor):
 
     # --- codec --------------------------------------------------------------------------
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:
-        check_finite(x, info, "ae")
+        require_finite(x, info, "ae")
         if x.dim() == 0:
             raise CompressorError("ae: cannot compress a 0-d tensor (no feature dim)")
         fdim = _feature_dim(x.dim())

@@ -46,8 +46,9 @@ from typing import Any, Callable, Iterator, Mapping
 import torch
 from torch import Tensor, nn
 
-from ..api import Compressor, CompressorError, Payload, TensorInfo, check_finite
+from ..api import Compressor, CompressorError, Payload, TensorInfo
 from ..registry import register
+from ._common import require_finite
 
 __all__ = ["ErrorFeedback", "EF21"]
 
@@ -146,7 +147,7 @@ class ErrorFeedback(_Wrapper):
         return st.e.to(x.device)
 
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:
-        check_finite(x, info, self._label())
+        require_finite(x, info, self._label())
         x = x.detach()
         if not info.training:
             return self.inner.compress(x, info)
@@ -172,7 +173,7 @@ class _ErrorFeedbackReduce(ErrorFeedback):
     def reduce(self, x: Tensor, info: TensorInfo, all_reduce: Callable[[Tensor], Tensor]) -> Tensor | None:
         """Reduce ``x + e`` with the inner scheme; the residual is taken against the averaged
         result (as PowerSGD's own error feedback does), so every replica keeps what the mean lost."""
-        check_finite(x, info, self._label())
+        require_finite(x, info, self._label())
         x = x.detach()
         e = self._residual(x, info) if info.training else None
         y = x.float() if e is None else x.float() + e
@@ -248,7 +249,7 @@ class EF21(_Wrapper):
         return st.g
 
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:
-        check_finite(x, info, self._label())
+        require_finite(x, info, self._label())
         x = x.detach()
         if not info.training:
             return self.inner.compress(x, info)

@@ -9,11 +9,14 @@ Learning") with a per-tensor amax scale, as in Transformer Engine's delayed scal
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
-from ..api import Compressor, Payload, TensorInfo, check_finite
+from ..api import Compressor, CompressorError, Payload, TensorInfo, check_finite
 from ..registry import register
+from ._common import require_finite
 
 __all__ = ["FP16", "BF16", "FP8"]
 
@@ -24,7 +27,7 @@ class _Cast(Compressor):
     wire_dtype: torch.dtype
 
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:
-        check_finite(x, info, self.name)
+        require_finite(x, info, self.name)  # one read (a sum), not isfinite's four passes
         return (x.detach().to(self.wire_dtype).contiguous(),)
 
     def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:
@@ -39,14 +42,17 @@ class FP16(_Cast):
     wire_dtype = torch.float16
 
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:
-        check_finite(x, info, self.name)
-        if x.numel() and float(x.detach().abs().max()) > 65504.0:
-            from ..api import CompressorError
-
-            raise CompressorError(
-                f"fp16: |x| exceeds 65504 at {info.role.value} boundary {info.boundary}; use bf16 or fp8"
-            )
-        return (x.detach().to(torch.float16).contiguous(),)
+        x = x.detach()
+        if x.numel():
+            # one pass gives both checks: min/max are non-finite iff x is, max |x| = max(hi, -lo)
+            lo, hi = (float(v) for v in torch.stack(torch.aminmax(x)).float().tolist())
+            if not (math.isfinite(lo) and math.isfinite(hi)):
+                check_finite(x, info, self.name)
+            if max(hi, -lo) > 65504.0:
+                raise CompressorError(
+                    f"fp16: |x| exceeds 65504 at {info.role.value} boundary {info.boundary}; use bf16 or fp8"
+                )
+        return (x.to(torch.float16).contiguous(),)
 
 
 @register("bf16")
@@ -64,9 +70,13 @@ class FP8(Compressor):
     """
 
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:
-        check_finite(x, info, self.name)
         xf = x.detach().float()
-        amax = xf.abs().amax() if xf.numel() else xf.new_zeros(())
+        if xf.numel():
+            lo, hi = torch.aminmax(xf)  # one pass, no |x| temporary; max |x| = max(hi, -lo) exactly
+            amax = torch.maximum(hi, -lo)  # NaN/Inf propagate
+        else:
+            amax = xf.new_zeros(())
+        require_finite(x, info, self.name, summary=amax)
         scale = torch.where(amax > 0, amax / _E4M3_MAX, torch.ones_like(amax)).reshape(1)
         codes = (xf / scale).to(torch.float8_e4m3fn).view(torch.uint8)
         return codes.contiguous(), scale.float()

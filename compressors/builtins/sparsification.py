@@ -9,6 +9,17 @@
   everything above it (Lin et al. 2018, "Deep Gradient Compression"), so the payload size
   varies with the data.
 
+Selection (topk, and threshold's cap): exactly ``k`` positions with the largest ``|x|``;
+among positions whose magnitude equals the k-th largest magnitude (ties), the lowest flat
+positions are kept. :func:`topk_positions` finds them without sorting the tensor: a
+random sample of ``|x|`` gives a value ``lo`` that is, with overwhelming probability, at
+most the k-th largest; the positions with ``|x| >= lo`` (sorted, a few percent more than
+``k``) are the candidates, and the exact k-th largest among them is found by selection
+(``kthvalue``) on that short list. If the sample was unlucky (fewer than ``k``
+candidates) the selection runs on the whole tensor instead: the result never depends on
+the sample, only the work does. (``torch.topk`` + ``sort`` did the same selection with
+implementation-defined ties at 4-8x the cost on CPU.)
+
 Index encoding (topk, threshold). The kept positions are sent in whichever of two
 encodings is smaller for this call, chosen by exact byte count:
 
@@ -36,16 +47,74 @@ from ..registry import check_range, register
 from ._common import device_generator, require_finite
 from .bitpack import pack, pack_wide, packed_nbytes, unpack, unpack_wide
 
-__all__ = ["TopK", "RandomK", "Threshold", "encode_positions", "decode_into", "BITMAP", "DELTA"]
+__all__ = ["TopK", "RandomK", "Threshold", "topk_positions", "encode_positions", "decode_into", "BITMAP", "DELTA"]
 
 BITMAP, DELTA = 0, 1
 _SALT_RANDOMK = 0x52
 _SALT_SAMPLE = 0x53
+_SALT_TOPK_SAMPLE = 0x54
+_TOPK_SAMPLE = (4096, 1 << 16)  # sample size bounds for topk_positions: n / 64 clamped to these
+_TOPK_Z = 4.0  # the sample's bound sits 4 standard deviations of its rank below the target
 
 
 def _count(ratio: float, n: int) -> int:
     """Number of values kept out of ``n`` at ``ratio``: at least 1 (if n > 0), at most n."""
     return min(n, max(1, math.ceil(ratio * n - 1e-9))) if n else 0
+
+
+def _kth_smallest(v: Tensor, r: int) -> Tensor:
+    """The ``r``-th smallest value (1-based) of the 1-D ``v`` as a 0-d tensor.
+
+    Quickselect (``kthvalue``) on CPU; on CUDA ``kthvalue`` sorts one slice in one thread
+    block, while ``topk``'s radix select spreads a long slice over the GPU.
+    """
+    if v.device.type == "cpu":
+        return v.kthvalue(r).values
+    return v.topk(r, largest=False, sorted=False).values.max()
+
+
+def _sample_lower_bound(mag: Tensor, k: int, gen: torch.Generator | None) -> Tensor | None:
+    """A value that is at most the k-th largest of ``mag`` with high probability (or None).
+
+    From ``m`` uniform samples, the value ranked ``k/n * m + z * sd`` from the top (sd: the
+    binomial standard deviation of that rank) is below the true k-th largest unless the
+    sample is off by more than z = 4 standard deviations (probability ~3e-5).
+    """
+    n = mag.numel()
+    m = min(max(n // 64, _TOPK_SAMPLE[0]), _TOPK_SAMPLE[1])
+    if 4 * m > n:
+        return None  # small tensor: select on all of it
+    p = k / n
+    rank = math.ceil(p * m + _TOPK_Z * math.sqrt(m * p * (1 - p))) + 1  # from the top, 1-based
+    if rank >= m:
+        return None
+    sample = mag[torch.randint(0, n, (m,), generator=gen, device=mag.device)]
+    return _kth_smallest(sample, m - rank + 1)
+
+
+def topk_positions(mag: Tensor, k: int, gen: torch.Generator | None = None) -> Tensor:
+    """Sorted int64 positions of exactly the ``k`` largest values of the 1-D ``mag``.
+
+    Ties at the k-th largest value keep the lowest positions. ``gen`` drives the sample
+    that bounds the search (module docstring); the result does not depend on it.
+    """
+    n = mag.numel()
+    if k >= n:
+        return torch.arange(n, device=mag.device)
+    if k <= 0:
+        return torch.empty(0, dtype=torch.int64, device=mag.device)
+    cand = None
+    lo = _sample_lower_bound(mag, k, gen)
+    if lo is not None:
+        cand = torch.nonzero(mag >= lo).squeeze(1)  # sorted; about k * (1 + a few %) of them
+        if cand.numel() < k:  # the sample overestimated the threshold: select on everything
+            cand = None
+    vals = mag if cand is None else mag[cand]
+    thr = _kth_smallest(vals, vals.numel() - k + 1)  # the k-th largest overall
+    gt, eq = vals > thr, vals == thr
+    keep = gt | (eq & (eq.cumsum(0) <= k - gt.sum()))  # ties: the first (lowest) positions
+    sel = torch.nonzero(keep).squeeze(1)
+    return sel if cand is None else cand[sel]
 
 
 def encode_positions(pos: Tensor, n: int) -> tuple[Tensor, Tensor]:
@@ -94,9 +163,10 @@ class TopK(Compressor):
 
     ``per_sample=false``: the top ``ceil(ratio * numel)`` of the whole tensor.
     ``per_sample=true``: the top ``ceil(ratio * numel / B)`` of each sample ``x[b]`` (every
-    sample keeps the same budget; rank <= 1 tensors are one sample). Values are sent in the
-    input dtype with the cheapest index encoding (module docstring). Biased: wrap it in
-    ``ef(...)`` for gradients.
+    sample keeps the same budget; rank <= 1 tensors are one sample). Exactly that many
+    values are kept; ties at the k-th largest magnitude keep the lowest positions (see
+    :func:`topk_positions`). Values are sent in the input dtype with the cheapest index
+    encoding (module docstring). Biased: wrap it in ``ef(...)`` for gradients.
     """
 
     def __init__(self, ratio: float = 0.1, per_sample: bool = False):
@@ -109,14 +179,14 @@ class TopK(Compressor):
         require_finite(x, info, self.name, summary=x.detach().sum())  # NaN/Inf propagate to the sum
         flat = x.detach().reshape(-1)
         n = flat.numel()
+        gen = device_generator(info, x.device, _SALT_TOPK_SAMPLE) if n else None
         if self.per_sample and x.dim() >= 2 and n:
             rows = flat.view(x.shape[0], -1)  # (B, n/B)
             k = _count(self.ratio, rows.shape[1])
-            idx = rows.abs().topk(k, dim=1, sorted=False).indices.sort(dim=1).values
-            pos = (idx + torch.arange(rows.shape[0], device=x.device)[:, None] * rows.shape[1]).reshape(-1)
+            offsets = range(0, n, rows.shape[1])
+            pos = torch.cat([topk_positions(r.abs(), k, gen) + o for r, o in zip(rows, offsets)])
         else:
-            k = _count(self.ratio, n)
-            pos = flat.abs().topk(k, sorted=False).indices.sort().values
+            pos = topk_positions(flat.abs(), _count(self.ratio, n), gen)
         return _sparse_payload(flat, pos)
 
     def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:
@@ -183,7 +253,8 @@ class Threshold(Compressor):
     ``|x| >= threshold`` (and nonzero) is sent, so the payload size varies with the data.
     As in DGC's hierarchical selection, if the sample underestimated the threshold so much
     that more than twice the target ``ceil(ratio * numel)`` values pass, an exact top-k of
-    the target size is taken among them. Same payload format as ``topk``.
+    the target size is taken among them (ties: lowest positions, as ``topk``). Same payload
+    format as ``topk``.
     """
 
     _MIN_SAMPLE = 1024
@@ -200,16 +271,18 @@ class Threshold(Compressor):
             return _sparse_payload(flat, torch.empty(0, dtype=torch.int64, device=x.device))
         mag = flat.abs()
         m = min(n, max(self._MIN_SAMPLE, math.ceil(self.sample * n)))
+        gen = device_generator(info, x.device, _SALT_SAMPLE)
         if m < n:
-            gen = device_generator(info, x.device, _SALT_SAMPLE)
             sample = mag[torch.randint(0, n, (m,), generator=gen, device=x.device)]
         else:
             sample = mag
         thr = sample.topk(_count(self.ratio, m), sorted=False).values.min()
-        pos = torch.nonzero((mag >= thr) & (mag > 0)).squeeze(1)  # sorted; syncs for the count
+        # |x| >= thr and |x| > 0; for thr > 0 the first implies the second (one pass, not three)
+        keep = mag >= thr if float(thr) > 0 else mag > 0
+        pos = torch.nonzero(keep).squeeze(1)  # sorted; syncs for the count
         target = _count(self.ratio, n)
         if pos.numel() > 2 * target:
-            pos = pos[mag[pos].topk(target, sorted=False).indices].sort().values
+            pos = pos[topk_positions(mag[pos], target, gen)]  # stays sorted
         return _sparse_payload(flat, pos)
 
     def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:

@@ -33,8 +33,9 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from ..api import Compressor, CompressorError, Payload, TensorInfo, TensorRole, check_finite
+from ..api import Compressor, CompressorError, Payload, TensorInfo, TensorRole
 from ..registry import register
+from ._common import require_finite
 
 __all__ = ["SubspaceProjection", "ResidualSubspace", "FEATURE"]
 
@@ -117,7 +118,7 @@ class SubspaceProjection(Compressor):
 
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:
         basis = self._basis_for(x.shape[-1] if x.dim() else 0, x.device, info)
-        check_finite(x, info, "subspace")
+        require_finite(x, info, "subspace")
         xf = x.detach().float()
         if info.role == TensorRole.ACTIVATION:
             xf = xf - self._token_term(info, x.device).reshape(xf.shape)

@@ -32,6 +32,7 @@ FAKE_RUNTIME = textwrap.dedent(
     '''
     """Fake runtimes for test_cell.py: each misbehaves in one way."""
     import ctypes, os, subprocess, sys, time
+    PIDFILE = "@PIDFILE@"
     from suite.result import ByteCounts, EvalPoint, RunResult, TimeSplit
 
     def _result(metric=0.5):
@@ -75,7 +76,7 @@ FAKE_RUNTIME = textwrap.dedent(
 
     def hang(config):
         p = subprocess.Popen(["sleep", "600"])  # a grandchild that must not outlive the cell
-        path = os.environ["MPCBENCH_TEST_PIDFILE"]
+        path = PIDFILE
         with open(path + ".tmp", "w") as f:
             f.write(str(p.pid))
         os.replace(path + ".tmp", path)  # readers never see a half-written file
@@ -97,62 +98,60 @@ def _config(seed: int = 0) -> CellConfig:
     return CellConfig(task="tiny", seed=seed, plan=CompressionPlan("fp16", "fp16"), plugins=(TINY,))
 
 
+def _fake_runtime(directory: Path, pidfile: Path) -> str:
+    path = directory / f"fake_runtime_{pidfile.stem}.py"
+    path.write_text(FAKE_RUNTIME.replace("@PIDFILE@", str(pidfile)))
+    return str(path)
+
+
 @pytest.fixture(scope="module")
 def fake_dir(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("fake")
-    (tmp / "fake_runtime.py").write_text(FAKE_RUNTIME)
-    return tmp
+    return tmp_path_factory.mktemp("fake")
 
 
 @pytest.fixture(scope="module")
 def outcomes(fake_dir):
-    """Run the child fault cases and the runner-death scenario concurrently."""
+    """Run the child fault cases and the runner-death scenario concurrently. The fake runtimes
+    are loaded from a file path, so the runner's environment (and fork server) is unchanged."""
     pidfile = fake_dir / "grandchild.pid"
-    old = dict(os.environ)
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(fake_dir), os.environ.get("PYTHONPATH", "")])
-    os.environ["MPCBENCH_TEST_PIDFILE"] = str(pidfile)
+    runtime = _fake_runtime(fake_dir, pidfile)
     store = ResultsStore(fake_dir / "store.jsonl")
-    try:
 
-        def one(item):
-            i, name = item
-            if name == "runner_killed":
-                return name, _kill_runner_mid_cell(fake_dir)
-            limit = HANG_LIMIT_S if name == "hang" else 300.0
-            t0 = time.perf_counter()
-            rec = run_cell(_config(i), log_dir=store.log_dir, time_limit_s=limit, runtime=f"fake_runtime:{name}")
-            store.append(rec)
-            return name, (rec, time.perf_counter() - t0)
+    def one(item):
+        i, name = item
+        if name == "runner_killed":
+            return name, _kill_runner_mid_cell(fake_dir)
+        limit = HANG_LIMIT_S if name == "hang" else 300.0
+        t0 = time.perf_counter()
+        rec = run_cell(_config(i), log_dir=store.log_dir, time_limit_s=limit, runtime=f"{runtime}:{name}")
+        store.append(rec)
+        return name, (rec, time.perf_counter() - t0)
 
-        jobs = [*CHILD_CASES, "runner_killed"]
-        with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-            results = dict(pool.map(one, enumerate(jobs)))
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
+    jobs = [*CHILD_CASES, "runner_killed"]
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        results = dict(pool.map(one, enumerate(jobs)))
     orphan = results.pop("runner_killed")
     return results, store, pidfile, orphan
 
 
 def _kill_runner_mid_cell(fake_dir: Path) -> dict:
     pidfile = fake_dir / "orphan.pid"
+    runtime = _fake_runtime(fake_dir, pidfile)
     script = textwrap.dedent(
         f"""
         from suite.cell import run_cell
         from suite.config import CellConfig
         run_cell(CellConfig(task="tiny", plugins=({TINY!r},)), log_dir={str(fake_dir / "orphan")!r},
-                 time_limit_s=600, runtime="fake_runtime:hang")
+                 time_limit_s=600, runtime={runtime + ":hang"!r})
         """
     )
-    env = dict(os.environ, MPCBENCH_TEST_PIDFILE=str(pidfile))
-    runner = subprocess.Popen([sys.executable, "-c", script], env=env)
+    runner = subprocess.Popen([sys.executable, "-c", script])
     deadline = time.time() + 120
     while not pidfile.exists() and time.time() < deadline:
         time.sleep(0.1)
     started = pidfile.exists()
     os.kill(runner.pid, signal.SIGKILL)
     runner.wait()
-    time.sleep(0.2)
     return {"started": started, "gone": started and _gone(int(pidfile.read_text()), 10.0)}
 
 
@@ -214,17 +213,17 @@ def _gone(pid: int, within_s: float) -> bool:
     "name, status, parts",
     [
         ("ok", "ok", []),
-        ("garbage", "failed", ["TypeError: fake_runtime:garbage returned dict, not a RunResult"]),
+        ("garbage", "failed", ["TypeError: ", ":garbage returned dict, not a RunResult"]),
         ("system_exit", "failed", ["SystemExit: 4"]),
         ("nan_metric", "failed", ["invalid result: final_metric is not finite (nan)"]),
         ("negative_bytes", "failed", ["invalid result: bytes forward.wire must be a non-negative integer, got -5"]),
     ],
 )
-def test_execute_and_interpret(fake_dir, tmp_path, monkeypatch, capsys, name, status, parts):
-    monkeypatch.syspath_prepend(str(fake_dir))
+def test_execute_and_interpret(tmp_path, capsys, name, status, parts):
+    runtime = _fake_runtime(tmp_path, tmp_path / "unused.pid")
     cfg_file, out_file = tmp_path / "config.json", tmp_path / "out.json"
     cfg_file.write_text(json.dumps(_config().to_dict()))
-    rc = execute(cfg_file, out_file, runtime=f"fake_runtime:{name}")
+    rc = execute(cfg_file, out_file, runtime=f"{runtime}:{name}")
     payload = json.loads(out_file.read_text())
     assert payload["provenance"]["machine"]["python"]
     rec = interpret(_config().validate(), payload, rc, wall_s=1.0, log=tmp_path / "cell.log")

@@ -17,7 +17,7 @@ from suite.network import PROFILES, TimingInputs, model_run
 from suite.reference import train_unsplit
 from suite.result import RunResult
 from suite.runtime import run
-from suite.transport import LocalTransport
+from suite.transport import PREFIX_NBYTES, LocalTransport, frame
 
 # tiny task: micro-batch activations are (4, 32) fp32 = 512 bytes; a message adds an 8-byte
 # length prefix and a 36-byte header (int32: dtype, ndim, 2 dims, n, dtype, ndim, 2 dims)
@@ -36,15 +36,15 @@ def test_none_pipeline_equals_unsplit_training(tiny_cell, task, stages, schedule
     assert plain.losses[-1] < plain.losses[0] - 0.01  # it trained
 
 
-def test_wire_bytes_equal_the_sizes_of_sent_tensors(tiny_cell, monkeypatch):
+def test_wire_bytes_equal_the_sizes_of_the_framed_messages(tiny_cell, monkeypatch):
     sent: list[int] = []
-    orig = LocalTransport._send_tensors
+    orig = LocalTransport._deliver
 
-    def spy(self, dst, tensors):
-        sent.append(sum(t.numel() * t.element_size() for t in tensors))
-        return orig(self, dst, tensors)
+    def spy(self, payload, dst, shape, dtype):
+        sent.append(PREFIX_NBYTES + frame(payload, shape, dtype, torch.device("cpu")).numel())  # what torchrun sends
+        return orig(self, payload, dst, shape, dtype)
 
-    monkeypatch.setattr(LocalTransport, "_send_tensors", spy)
+    monkeypatch.setattr(LocalTransport, "_deliver", spy)
     r = run(tiny_cell(plan={"forward": "fp8", "backward": "fixture_varsize"}, stages=3))
     assert sum(sent) == r.bytes["forward"].wire + r.bytes["backward"].wire + r.eval_bytes.wire
     assert r.bytes["forward"].messages + r.bytes["backward"].messages + r.eval_bytes.messages == len(sent)

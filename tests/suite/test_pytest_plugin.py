@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -13,6 +14,7 @@ from suite.store import read_jsonl
 pytest_plugins = ["pytester"]
 # inner runs: no cache, and no hypothesis plugin (its summary re-imports hypothesis on every run)
 INNER = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
+HOME = os.environ.get("HOME")  # pytester points HOME at its tmp dir; cells keep the real one
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "suite"
@@ -45,8 +47,11 @@ def restore_registry():
     registry._REGISTRY.update(saved)
 
 
-def test_matrix_run_broken_plugin_and_resume(pytester, restore_registry):
+def test_matrix_run_broken_plugin_and_resume(pytester, restore_registry, monkeypatch):
     """In-process pytest runs (each cell still runs in its own child process)."""
+    if HOME:  # same environment as the other tests: the cells reuse the runner's fork server
+        monkeypatch.setenv("HOME", HOME)
+        monkeypatch.delenv("USERPROFILE", raising=False)
     (pytester.path / "explode.py").write_text(EXPLODE)
     store = pytester.path / "out" / "store.jsonl"
     bench = pytester.path / "bench.json"

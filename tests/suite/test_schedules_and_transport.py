@@ -9,7 +9,7 @@ import torch
 
 from suite.accounting import ByteMeter
 from suite.schedules import Action, check_schedule, get_schedule, gpipe, one_f_one_b
-from suite.transport import PREFIX_NBYTES, LocalTransport, TransportError, frame, unframe
+from suite.transport import PREFIX_NBYTES, LocalTransport, TransportError, frame, frame_nbytes, unframe
 
 
 # --------------------------------------------------------------------------- schedules
@@ -55,6 +55,7 @@ def test_frame_round_trip_and_exact_size(payload):
     buf = frame(payload, (4, 32), torch.float32, torch.device("cpu"))
     header = 4 * (2 + 2 + 1 + sum(2 + t.dim() for t in payload))  # int32: dtype, ndim, dims...
     assert buf.dtype == torch.uint8 and buf.numel() == header + sum(t.numel() * t.element_size() for t in payload)
+    assert frame_nbytes(payload, (4, 32), torch.float32) == buf.numel()
     out, shape, dtype = unframe(buf)
     assert shape == torch.Size([4, 32]) and dtype == torch.float32 and len(out) == len(payload)
     for a, b in zip(payload, out):
@@ -70,18 +71,16 @@ def test_malformed_frames_and_payloads_are_refused():
         frame([torch.randn(3)], (3,), torch.float32, torch.device("cpu"))  # type: ignore[arg-type]
 
 
-def test_local_transport_counts_what_it_sends():
+def test_local_transport_counts_the_framed_size_and_hands_over_copies():
     meter = ByteMeter()
     t = LocalTransport(meter, torch.device("cpu"))
-    sizes = []
-    orig = t._send_tensors
-    t._send_tensors = lambda dst, tensors: (sizes.append(sum(x.numel() * x.element_size() for x in tensors)), orig(dst, tensors))
     t.rank = 0
     meter.step = 3
-    t.send((torch.randn(5, 3),), 1, key="b0.forward", shape=(5, 3), dtype=torch.float32)
-    t.send((torch.randn(2).half(), torch.arange(4)), 1, key="b0.forward", shape=(5, 3), dtype=torch.float32)
-    meter.evaluating = True
-    t.send((torch.randn(1),), 1, key="b0.forward", shape=(5, 3), dtype=torch.float32)
+    msgs = [(torch.randn(5, 3),), (torch.randn(2).half(), torch.arange(4)), (torch.randn(1),)]
+    sizes = [PREFIX_NBYTES + frame(p, (5, 3), torch.float32, torch.device("cpu")).numel() for p in msgs]
+    for i, p in enumerate(msgs):
+        meter.evaluating = i == 2
+        assert t.send(p, 1, key="b0.forward", shape=(5, 3), dtype=torch.float32) == sizes[i]
     meter.evaluating = False
     c = meter.by_boundary()["b0.forward"]
     assert c.wire == sum(sizes[:2]) and c.messages == 2 and c.raw == 2 * 60
@@ -89,10 +88,14 @@ def test_local_transport_counts_what_it_sends():
     assert meter.eval_totals().wire == sizes[2]
     assert meter.per_step("b0.forward", 5) == [0, 0, 0, sum(sizes[:2]), 0]
     t.rank = 1
-    assert t.ready(0)
+    assert t.ready(0) and not t.ready(2)
     got, shape, _ = t.recv(0)
-    assert shape == (5, 3) and got[0].shape == (5, 3)
+    assert shape == (5, 3) and torch.equal(got[0], msgs[0][0])
+    got[0].zero_()  # the receiver owns its copy, as it would across processes
+    assert not torch.equal(got[0], msgs[0][0])
     assert t.pending() == 2
+    with pytest.raises(TransportError, match="tuple of tensors"):
+        t.send((torch.randn(2), "not a tensor"), 1, key="b0.forward", shape=(5, 3), dtype=torch.float32)  # type: ignore[arg-type]
 
 
 def test_meter_merges_ranks():

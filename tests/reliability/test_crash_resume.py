@@ -1,0 +1,82 @@
+"""Crash and resume: SIGKILL ``mpcbench run`` in the middle of a matrix, then run it again.
+
+The store must stay valid (every line a valid record, nothing torn), the killed runner's
+in-flight cell must not keep training (no orphaned process), and the rerun must run only
+the cells that had no record yet, skipping the finished ones as "already in store".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from reliability_support import MARKER_ENV, TINY, processes_with_env, wait_until
+from suite.records import validate_record
+from suite.store import read_jsonl
+
+pytestmark = pytest.mark.distributed  # several processes (runner + one child per cell)
+
+SEEDS = 3  # cells: fp16 x seeds 0, 1, 2 (no baseline): small, but one finished, one in flight, one pending
+
+
+def _command(store) -> list[str]:
+    return [
+        sys.executable, "-m", "suite", "run", "--task", "tiny", "--plugin", TINY, "--compressor", "fp16",
+        "--no-baseline", "--seeds", str(SEEDS), "--steps", "2", "--results", str(store), "--no-progress",
+    ]  # fmt: skip
+
+
+def test_sigkill_mid_matrix_then_resume_runs_only_missing_cells(tmp_path, tally):
+    store = tmp_path / "results" / "store.jsonl"
+    logs = tmp_path / "results" / "store.logs"
+    marker = uuid.uuid4().hex
+    env = {**os.environ, MARKER_ENV: marker}
+    with tally.fault("crash and resume", "SIGKILL of `mpcbench run` mid-matrix") as row:
+        runner = subprocess.Popen(_command(store), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            # kill once one cell is stored and the next one's child has started (its log exists)
+            def mid_matrix() -> bool:
+                return len(read_jsonl(store)[0]) >= 1 and logs.is_dir() and len(list(logs.glob("*.log"))) >= 2
+
+            assert wait_until(mid_matrix, timeout=180, every=0.05), runner.communicate(timeout=60)[0].decode()
+            runner.send_signal(signal.SIGKILL)
+            runner.wait(timeout=30)
+        finally:
+            if runner.poll() is None:
+                runner.kill()
+        assert runner.returncode == -signal.SIGKILL
+        # the in-flight cell notices its runner is gone and kills its own process group
+        assert wait_until(lambda: not processes_with_env(MARKER_ENV, marker), timeout=15), "orphaned cell process"
+
+        # the store is valid: every line parses and validates; nothing half-written
+        text = store.read_text()
+        assert text.endswith("\n")
+        for line in text.splitlines():
+            validate_record(json.loads(line))
+        before, problems = read_jsonl(store)
+        assert problems == [] and 1 <= len(before) < SEEDS and all(r["status"] == "ok" for r in before)
+        assert not list(store.parent.glob(".store.jsonl.*.tmp"))  # no temp file left behind either
+
+        # rerun: only the missing cells run
+        rerun = subprocess.run(_command(store), env=env, capture_output=True, text=True, timeout=600)
+        assert rerun.returncode == 0, rerun.stderr
+        m = re.search(r"(\d+) cells \((\d+) to run, (\d+) already in store", rerun.stderr)
+        assert m, rerun.stderr
+        total, to_run, skipped = map(int, m.groups())
+        assert (total, to_run, skipped) == (SEEDS, SEEDS - len(before), len(before))
+        assert rerun.stderr.count("already in store") >= len(before)
+        after, problems = read_jsonl(store)
+        assert problems == []
+        assert after[: len(before)] == before  # finished records are kept verbatim, not rerun
+        keys = [r["cell_key"] for r in after]
+        assert len(keys) == len(set(keys)) == SEEDS  # every cell exactly once
+        assert sorted(r["seed"] for r in after) == list(range(SEEDS)) and all(r["status"] == "ok" for r in after)
+        row["cells_lost"] = SEEDS - len(set(keys))
+        assert not processes_with_env(MARKER_ENV, marker)

@@ -1,0 +1,271 @@
+"""Faulty compressor plugins (tests/fixtures/faulty_plugins.py): each fails only its own cell,
+with a one-line reason that names the fault, and the rest of the matrix and the store survive.
+
+Two layers:
+
+- every fault, in process: the cell runs through exactly the code its child process runs
+  (``suite.cell.execute``) and the runner's reading of the outcome (``suite.cell.interpret``),
+  so each specific reason is checked without paying a process start per fault;
+- a small matrix through the real runner (``suite.runner.run_cells``: one child process per
+  cell, time limits, the results store): a raising plugin, a plugin too slow for its cell's
+  time limit and a plugin module that does not import, next to a healthy baseline.
+
+The data-parallel gradient path gets the same runtime checks as the pipeline boundaries
+(tested on a one-replica gloo group, in process).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from reliability_support import FAULTY, TINY, UNIMPORTABLE, run_in_process, tiny_config
+from suite.records import validate_record
+from suite.store import ResultsStore, read_jsonl
+
+CONSISTENCY = {"MPCBENCH_CHECK_CONSISTENCY": "1"}
+
+# spec -> (status, [substrings of the one-line reason], extra cell fields, env)
+# The tiny task's activation at boundary 0 is one micro-batch of 4 rows x 32 features.
+FAULT_CASES: dict[str, tuple[str, list[str], dict, dict]] = {
+    "fault_raise_compress": ("failed", ["RuntimeError: fault_raise_compress: injected failure in compress at step 0 second line"], {}, {}),
+    "fault_raise_decompress": ("failed", ["ValueError: fault_raise_decompress: injected failure in decompress"], {}, {}),
+    "fault_wrong_shape": (
+        "failed",
+        ["CompressorError: fault_wrong_shape: decompress returned (128,) torch.float32 on cpu, expected (4, 32) torch.float32 on cpu",
+         "activation boundary 0 step 0"],
+        {}, {},
+    ),  # fmt: skip
+    "fault_wrong_dtype": (
+        "failed",
+        ["CompressorError: fault_wrong_dtype: decompress returned (4, 32) torch.float64 on cpu, expected (4, 32) torch.float32"],
+        {}, {},
+    ),  # fmt: skip
+    "fault_nan": ("failed", ["invalid result: training loss at step", "is not finite (nan)"], {}, {}),
+    "fault_wrong_device": (
+        "failed",
+        ["CompressorError: fault_wrong_device: compress returned payload tensor 0 on device meta, expected cpu"],
+        {}, {},
+    ),  # fmt: skip
+    "fault_wrong_device(side=output)": (
+        "failed",
+        ["CompressorError: fault_wrong_device(side=output): decompress returned (4, 32) torch.float32 on meta, "
+         "expected (4, 32) torch.float32 on cpu"],
+        {}, {},
+    ),  # fmt: skip
+    "fault_non_tensor": (
+        "failed",
+        ["CompressorError: fault_non_tensor: compress must return a tuple of tensors, got tuple containing list"],
+        {}, {},
+    ),  # fmt: skip
+    "fault_diverge": (
+        "failed",
+        ["CompressorError: fault_diverge: sender/receiver consistency check (MPCBENCH_CHECK_CONSISTENCY=1) failed at "
+         "activation boundary 0 step 0 micro-batch 0", "a twin receiver fed the same payloads decoded a different tensor"],
+        {}, CONSISTENCY,
+    ),  # fmt: skip
+    "fault_slow(seconds=0.5)": ("timeout", ["RunTimeout: run exceeded time_limit_s=1"], {"time_limit_s": 1.0}, {}),
+    # allowed (bytes are measured, so the numbers stay honest) but flagged in the record
+    "fault_expand": ("ok", [], {}, {}),
+}
+
+
+@pytest.fixture(scope="module")
+def in_process(faulty_registry, tmp_path_factory):
+    """Every fault cell (and a healthy control cell) run in process into one store."""
+    tmp = tmp_path_factory.mktemp("faults")
+    store = ResultsStore(tmp / "store.jsonl")
+    records = {}
+    for i, (spec, (_, _, fields, env)) in enumerate({"none": ("ok", [], {}, {}), **FAULT_CASES}.items()):
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            records[spec] = run_in_process(tiny_config(spec, **fields), tmp / f"cell{i}")
+        finally:
+            for k, v in old.items():
+                os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        store.append(records[spec])
+    return records, store
+
+
+@pytest.mark.parametrize("spec", [s for s, case in FAULT_CASES.items() if case[0] != "ok"])
+def test_fault_fails_its_cell_with_a_one_line_reason(in_process, tally, spec):
+    records, _ = in_process
+    status, parts, _, _ = FAULT_CASES[spec]
+    with tally.fault("plugin (in process)", spec):
+        rec = records[spec]
+        validate_record(rec)
+        assert rec["status"] == status, rec["error"]
+        err = rec["error"]
+        assert "\n" not in err and "Traceback" not in err and len(err) <= 1000
+        for p in parts:
+            assert p in err, err
+        assert rec["final_metric"] is None and rec["bytes"] is None and rec["cell_id"] == f"tiny-{spec}-seed0"
+
+
+def test_payload_larger_than_raw_is_measured_and_flagged(in_process, tally):
+    """Decision: a payload larger than the raw tensor is allowed (its bytes are counted from the
+    wire, so it simply ranks low) but the record says so in ``warnings``."""
+    records, _ = in_process
+    with tally.fault("plugin (in process)", "fault_expand"):
+        rec, none = records["fault_expand"], records["none"]
+        assert rec["status"] == "ok"
+        for d in ("forward", "backward"):
+            b = rec["bytes"][d]
+            assert b["wire"] >= 4 * b["raw"] > 0  # four copies + headers: measured, not claimed
+            assert rec["compression_ratio"][d] < 0.26
+        assert [w.split(":")[0] for w in rec["warnings"]] == ["forward", "backward"]
+        assert "compressed payloads are larger than the raw tensors" in rec["warnings"][0]
+        assert none["warnings"] == []  # the uncompressed baseline's header overhead is not flagged
+
+
+def test_store_holds_every_cell_and_stays_valid(in_process, tally):
+    records, store = in_process
+    with tally.fault("plugin (in process)", "store integrity") as row:
+        lines = store.path.read_text().splitlines()
+        assert len(lines) == len(records)
+        for line in lines:
+            validate_record(json.loads(line))
+        got, problems = read_jsonl(store.path)
+        assert problems == []
+        row["cells_lost"] = len(records) - len({r["cell_key"] for r in got})
+        assert row["cells_lost"] == 0
+        assert {r["compressor"]: r["status"] for r in got}["none"] == "ok"
+        assert len(pd.read_json(store.path, lines=True)) == len(records)
+
+
+def test_unimportable_plugin_fails_only_its_cells(faulty_registry, tmp_path, tally):
+    from suite.cell import run_cell
+    from suite.matrix import Selection, plan_cells
+
+    with tally.fault("plugin (in process)", "fault_unimportable"):
+        sel = Selection(tasks=("tiny",), compressors=("fault_unimportable", "fp16"), plugins=(TINY, UNIMPORTABLE), steps=2)
+        cells = plan_cells(sel)
+        by = {c.config.cell_id: c for c in cells}
+        assert set(by) == {"tiny-none-seed0", "tiny-fault_unimportable-seed0", "tiny-fp16-seed0"}
+        assert by["tiny-none-seed0"].runnable and by["tiny-fp16-seed0"].runnable
+        broken = by["tiny-fault_unimportable-seed0"]
+        assert broken.error is not None
+        rec = run_cell(broken, log_dir=tmp_path)  # recorded without starting a process
+        validate_record(rec)
+        assert rec["status"] == "failed"
+        assert f"plugin {UNIMPORTABLE!r} failed to import: ModuleNotFoundError" in rec["error"]
+        assert "mpcbench_fault_missing_dependency" in rec["error"] and "\n" not in rec["error"]
+
+
+# --------------------------------------------------------------------------- the real runner
+@pytest.mark.distributed  # one child process per cell
+def test_faulty_cells_in_a_matrix_through_the_runner(faulty_registry, tmp_path, tally):
+    """none + a raising plugin + a plugin too slow for its time limit + a plugin that does not
+    import: the faulty cells fail (or time out) alone, the baseline finishes, the store is valid."""
+    from suite.matrix import Selection, plan_cells
+    from suite.runner import run_cells
+
+    slow, limit = "fault_slow(seconds=5)", 8.0
+    cells = plan_cells(
+        Selection(
+            tasks=("tiny",),
+            compressors=("fault_raise_compress", slow, "fault_unimportable"),
+            plugins=(TINY, FAULTY, UNIMPORTABLE),
+            steps=2,
+            cell_timeout_s=300,
+        )
+    )
+    cells = [replace(c, config=replace(c.config, time_limit_s=limit)) if slow in c.config.cell_id else c for c in cells]
+    store = ResultsStore(tmp_path / "store.jsonl")
+    with tally.fault("plugin (runner)", "matrix of 3 faulty cells + baseline") as row:
+        outcomes = run_cells(cells, store, progress=False, stream=open(os.devnull, "w"))
+        by = {o.cell.config.cell_id: o for o in outcomes}
+        assert by["tiny-none-seed0"].status == "ok"
+        raised = by["tiny-fault_raise_compress-seed0"]
+        assert raised.status == "failed"
+        assert raised.reason == "RuntimeError: fault_raise_compress: injected failure in compress at step 0 second line"
+        timed = by[f"tiny-{slow}-seed0"]
+        assert timed.status == "timeout"
+        assert timed.reason == f"timeout: the cell ran longer than its time limit of {limit:g} s and was killed"
+        assert limit <= timed.record["wall_s"] < limit + 30  # killed at the limit, not after 2 x 4 x 5 s
+        broken = by["tiny-fault_unimportable-seed0"]
+        assert broken.status == "failed" and "failed to import: ModuleNotFoundError" in broken.reason
+        records, problems = read_jsonl(store.path)
+        assert problems == []
+        row["cells_lost"] = len(cells) - len(records)
+        assert row["cells_lost"] == 0
+        assert sorted(r["status"] for r in records) == ["failed", "failed", "ok", "timeout"]
+        # the raising cell's traceback is in its log, the record keeps one line
+        log = Path(by["tiny-fault_raise_compress-seed0"].record["log"]).read_text()
+        assert "Traceback (most recent call last)" in log and "second line" in log
+
+
+# --------------------------------------------------------------------------- data-parallel path
+@pytest.fixture
+def world_of_one():
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield dist.group.WORLD
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(
+    "spec, reason",
+    [
+        ("fault_wrong_dtype", "fault_wrong_dtype: decompress returned (300,) torch.float64 on cpu, expected (300,) torch.float32"),
+        ("fault_wrong_device", "fault_wrong_device: compress returned payload tensor 0 on device meta, expected cpu"),
+        ("fault_wrong_device(side=output)", "decompress returned (300,) torch.float32 on meta, expected (300,) torch.float32 on cpu"),
+        ("fault_non_tensor", "fault_non_tensor: compress must return a tuple of tensors, got tuple containing list"),
+        ("fault_raise_compress", "fault_raise_compress: injected failure in compress"),
+    ],
+)
+def test_data_parallel_gradient_path_checks_the_same(faulty_registry, world_of_one, tally, spec, reason):
+    from compressors.api import CompressorError
+    from suite.accounting import ByteMeter
+    from suite.data_parallel import CompressedReduce
+    from suite.timing import Clock
+
+    hook = CompressedReduce(spec, stage=0, group=world_of_one, meter=ByteMeter(), clock=Clock(torch.device("cpu")), seed=0)
+    with tally.fault("plugin (data-parallel hook)", spec):
+        with pytest.raises((CompressorError, RuntimeError)) as err:
+            hook.reduce(torch.randn(300), bucket=0)
+        assert reason in str(err.value)
+
+
+# --------------------------------------------------------------------------- no false alarms
+def _builtin_plans() -> list[str]:
+    """Every built-in at its defaults in the directions it supports (wrappers around topk)."""
+    from compressors import available
+    from compressors.api import TensorRole
+    from compressors.registry import get_class
+
+    out = []
+    for name in available():
+        cls = get_class(name)
+        if not cls.__module__.startswith("compressors.builtins.") or cls.requires:
+            continue
+        spec = f"{name}(topk)" if "inner" in inspect.signature(cls.__init__).parameters else name
+        fwd = spec if TensorRole.ACTIVATION in cls.roles else "none"
+        bwd = spec if TensorRole.ACTIVATION_GRAD in cls.roles and not cls.differentiable else "none"
+        if fwd != "none" or bwd != "none":
+            out.append(f"{fwd}|{bwd}")
+    return out
+
+
+@pytest.mark.parametrize("plan", _builtin_plans())
+def test_consistency_check_passes_every_builtin(faulty_registry, tmp_path, monkeypatch, plan):
+    """The debug check must not flag correct compressors (sender and receiver agree)."""
+    from suite.runtime import run
+
+    fwd, bwd = plan.split("|")
+    monkeypatch.setenv("MPCBENCH_CHECK_CONSISTENCY", "1")
+    result = run(tiny_config({"forward": fwd, "backward": bwd}, steps=1, eval_uncompressed=False))
+    assert result.steps == 1 and result.bytes["forward"].messages > 0
