@@ -247,7 +247,7 @@ class _End:
                 shape=shape,
                 dtype=dtype,
                 raw_nbytes=math.prod(raw_shape if raw_shape is not None else shape)
-                * torch.empty((), dtype=raw_dtype or dtype).element_size(),
+                * (raw_dtype or dtype).itemsize,
             )
 
     def _recv(self) -> tuple[Payload, torch.Size, torch.dtype]:

@@ -1,19 +1,22 @@
 """Run ONE cell in an isolated child process and turn what happened into a record.
 
-The child (``python -m suite.cell``) validates the config, imports the plugins, calls
-``suite.runtime.run(config)`` and writes the RunResult as JSON to a file. Everything else
-about it is untrusted: a plugin may raise, hang, segfault, call ``os._exit`` or make the
-runtime return garbage. The parent therefore
+The child validates the config, imports the plugins, calls ``suite.runtime.run(config)`` and
+writes the RunResult as JSON to a file. Everything else about it is untrusted: a plugin may
+raise, hang, segfault, call ``os._exit`` or make the runtime return garbage. The parent
+therefore
 
-- runs it in its own session (process group) with a time limit, and kills the whole group
+- runs it as its own session (process group) with a time limit, and kills the whole group
   (torchrun and its workers included) when the limit passes;
 - reads the result only from a complete file (written to a temp name, then renamed);
 - checks the result (finite metrics, sane byte counts) before calling the cell ``ok``;
 - turns every failure into a ONE-line reason (exception type and message, or exit code /
   signal); the full traceback and the child's output go to ``<store>.logs/<cell>.log``.
 
-The child watches its parent: if the runner dies (even by SIGKILL) the child kills its own
-process group, so no orphaned training keeps running.
+The child is forked from a fork server that has torch & co. already imported
+(``suite.forkserver``: seconds saved per cell), or, with ``MPCBENCH_ISOLATION=spawn`` or when
+the server is unavailable, spawned as ``python -m suite.cell``. Either way it watches the
+runner: if the runner dies (even by SIGKILL) the child kills its own process group, so no
+orphaned training keeps running.
 """
 
 from __future__ import annotations

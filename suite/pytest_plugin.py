@@ -139,3 +139,16 @@ def mpcbench_store(request: pytest.FixtureRequest):
     if not path.is_absolute():
         path = Path(request.config.invocation_params.dir) / path
     return ResultsStore(path)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    """After a matrix run: where the records are and how to look at them."""
+    if _PLAN_KEY not in config.stash:
+        return
+    path = Path(config.option.mpcbench_results)
+    if not path.is_absolute():
+        path = Path(config.invocation_params.dir) / path
+    if path.exists():
+        terminalreporter.write_sep("-", "mpcbench")
+        terminalreporter.write_line(f"results store: {path}  (cell logs: {path.with_name(path.stem + '.logs')})")
+        terminalreporter.write_line(f"ranking: mpcbench report --results {path}")

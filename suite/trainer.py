@@ -18,7 +18,7 @@ import torch
 
 from compressors.api import TensorRole
 from compressors.registry import Spec, get_class, parse_spec
-from tasks import Batch, build_task
+from tasks import build_task
 
 from .accounting import ByteMeter
 from .boundary import Micro, ReceiverEnd, SenderEnd

@@ -115,7 +115,7 @@ def unframe(buf: Tensor) -> tuple[Payload, torch.Size, torch.dtype]:
     off = 4 * pos
     out = []
     for dt, shp in metas:
-        nbytes = math.prod(shp) * torch.empty((), dtype=dt).element_size()
+        nbytes = math.prod(shp) * dt.itemsize
         if off + nbytes > n_bytes:
             raise TransportError(f"malformed message: header describes more than the {n_bytes}-byte buffer")
         out.append(buf[off : off + nbytes].clone().view(dt).reshape(shp))
@@ -149,7 +149,7 @@ class Transport:
         uncompressed tensor (its size is the raw bytes unless ``raw_nbytes`` is given).
         Returns the wire bytes: the 8-byte length prefix plus the framed buffer."""
         wire = PREFIX_NBYTES + self._deliver(payload, dst, shape, dtype)
-        raw = math.prod(shape) * torch.empty((), dtype=dtype).element_size() if raw_nbytes is None else raw_nbytes
+        raw = math.prod(shape) * dtype.itemsize if raw_nbytes is None else raw_nbytes
         self.meter.record(key, raw, wire)
         return wire
 

@@ -16,7 +16,7 @@ random crop (zero pad 4) and horizontal flip as one batched gather on uint8 tens
 Metric: top-1 accuracy on the test set (or a fixed subset of it in smoke / quick).
 
 Data: ``cifar10-jpg.tar.gz`` (ImageFolder layout) in the data dir, else torchvision's
-``cifar-10-batches-py`` there, else torchvision downloads it into the cache (unless
+``cifar-10-batches-py`` there, else torchvision downloads that into the data dir (unless
 ``$MPCBENCH_OFFLINE=1``). Decoded once into uint8 arrays under the cache dir.
 Sample ids: the index into the training set (0..49999); evaluation samples get
 50000 + index into the test set, so they never collide with a training id.
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import tarfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
@@ -35,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .api import Batch, DataMissingError, Metric, Task, TaskError, TierBudget
-from .data import SampleOrder, cache_dir, cached_arrays, fixed_subset, source_key, step_generator
+from .data import SampleOrder, cached_arrays, fixed_subset, offline, source_key, step_generator
 from .schedules import warmup_cosine
 
 __all__ = ["Cifar10", "TASK", "CLASSES", "load_cifar10", "resnet18_cifar", "random_crop_flip"]
@@ -66,8 +67,12 @@ def _decode_archive(archive: Path) -> dict[str, np.ndarray]:
     for split, items in files.items():
         items.sort()  # by path: class order, then file number
         raw = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for _, _, b in items]
-        images = decode_jpeg(raw, mode=ImageReadMode.RGB)  # list of (3, 32, 32) uint8, decoded in C++
-        out[f"{split}_x"] = torch.stack(images).numpy()
+        # decoded in C++ (libjpeg-turbo), one chunk per core: ~5 s for all 60k images on 2 cores
+        chunks = [raw[i :: os.cpu_count() or 1] for i in range(os.cpu_count() or 1)]
+        with ThreadPoolExecutor(len(chunks)) as pool:
+            decoded = list(pool.map(lambda c: decode_jpeg(c, mode=ImageReadMode.RGB), chunks))
+        images = [decoded[i % len(chunks)][i // len(chunks)] for i in range(len(raw))]  # undo the striding
+        out[f"{split}_x"] = torch.stack(images).numpy()  # (N, 3, 32, 32) uint8
         out[f"{split}_y"] = np.array([c for _, c, _ in items], dtype=np.int64)
     if len(out["train_x"]) != N_TRAIN or len(out["test_x"]) != 10_000:
         raise DataMissingError(f"{archive}: found {len(out['train_x'])} train / {len(out['test_x'])} test images, expected 50000 / 10000")
@@ -93,15 +98,18 @@ def load_cifar10(data_dir: Path) -> dict[str, np.ndarray]:
         return cached_arrays("cifar10-jpg", source_key(archive), lambda: _decode_archive(archive))
     pickled = data_dir / "cifar-10-batches-py"
     if pickled.is_dir():
-        return cached_arrays("cifar10-tv", source_key(pickled / "data_batch_1"), lambda: _torchvision_arrays(data_dir, False))
+        try:
+            return cached_arrays("cifar10-tv", source_key(pickled / "data_batch_1"), lambda: _torchvision_arrays(data_dir, False))
+        except (RuntimeError, OSError) as e:  # torchvision: "Dataset not found or corrupted"
+            raise DataMissingError(f"CIFAR-10 in {pickled} is incomplete or corrupted ({e}); replace it or put {JPG_ARCHIVE} in {data_dir}") from None
     where = f"put {JPG_ARCHIVE} (ImageFolder train/<class>/*.jpg, test/...) or torchvision's cifar-10-batches-py in {data_dir} (--data-dir / $MPCBENCH_DATA_DIR)"
-    if os.environ.get("MPCBENCH_OFFLINE") == "1":
+    if offline():
         raise DataMissingError(f"CIFAR-10 not found: {where}; or unset MPCBENCH_OFFLINE to let torchvision download it")
-    root = cache_dir() / "torchvision"
-    try:
-        return cached_arrays("cifar10-tv", "download", lambda: _torchvision_arrays(root, True))
-    except Exception as e:  # offline, proxy, disk...
-        raise DataMissingError(f"CIFAR-10 not found and torchvision's download into {root} failed ({type(e).__name__}: {e}); {where}") from None
+    try:  # torchvision downloads cifar-10-batches-py into the data dir
+        _torchvision_arrays(data_dir, True)
+    except Exception as e:  # offline, proxy, read-only data dir...
+        raise DataMissingError(f"CIFAR-10 not found and torchvision's download into {data_dir} failed ({type(e).__name__}: {e}); {where}") from None
+    return load_cifar10(data_dir)
 
 
 def random_crop_flip(images: Tensor, dy: Tensor, dx: Tensor, flip: Tensor, pad: int = 4) -> Tensor:

@@ -2,8 +2,10 @@
 
 Three things every task needs and should do the same way:
 
-* ``require(path, how)``: a missing data file raises :class:`DataMissingError` naming the
-  path, the data directory setting (``--data-dir`` / ``$MPCBENCH_DATA_DIR``) and how to get it.
+* ``require(path, how, download)``: a missing data file is downloaded into the data dir when
+  there is internet (not with ``$MPCBENCH_OFFLINE=1``), else raises :class:`DataMissingError`
+  naming the path, the data directory setting (``--data-dir`` / ``$MPCBENCH_DATA_DIR``) and
+  how to get it.
 * ``cached_arrays(name, source, build)``: decode / tokenize a data set once into ``.npy``
   files under :func:`cache_dir` (``$MPCBENCH_CACHE_DIR``, else ``~/.cache/mpcbench``) and
   memory-map them afterwards (well under a second, shared page cache across ranks). The
@@ -35,6 +37,8 @@ from .api import DataMissingError
 __all__ = [
     "cache_dir",
     "require",
+    "fetch",
+    "offline",
     "source_key",
     "cached_arrays",
     "SampleOrder",
@@ -54,14 +58,42 @@ def cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "mpcbench"
 
 
-def require(path: Path, how: str) -> Path:
-    """Return ``path`` if it exists, else raise a one-line :class:`DataMissingError`."""
+def offline() -> bool:
+    """``$MPCBENCH_OFFLINE=1``: never try to download (tests, air-gapped machines)."""
+    return os.environ.get("MPCBENCH_OFFLINE") == "1"
+
+
+def require(path: Path, how: str, download: Callable[[], None] | None = None) -> Path:
+    """Return ``path`` if it exists; else run ``download`` (unless offline) to put it there;
+    else raise a one-line :class:`DataMissingError` saying where to put it and how to get it."""
+    if path.exists():
+        return path
+    where = (
+        f"data file {path} not found; put it there (the data directory is set by --data-dir or "
+        f"$MPCBENCH_DATA_DIR, default ../shared/data next to the checkout), or {how}"
+    )
+    if download is None or offline():
+        raise DataMissingError(where)
+    try:
+        download()
+    except Exception as e:  # offline, proxy, read-only data dir...
+        raise DataMissingError(f"{where} (automatic download failed: {type(e).__name__}: {e})") from None
     if not path.exists():
-        raise DataMissingError(
-            f"data file {path} not found; put it there (the data directory is set by --data-dir or "
-            f"$MPCBENCH_DATA_DIR, default ../shared/data next to the checkout), or {how}"
-        )
+        raise DataMissingError(f"{where} (the download did not produce it)")
     return path
+
+
+def fetch(url: str, dest: Path, timeout_s: float = 60.0) -> Path:
+    """Download ``url`` to ``dest`` (atomically: a partial download never looks complete)."""
+    import urllib.request
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.part")
+    with urllib.request.urlopen(url, timeout=timeout_s) as r, open(tmp, "wb") as f:
+        while chunk := r.read(1 << 20):
+            f.write(chunk)
+    os.replace(tmp, dest)
+    return dest
 
 
 def source_key(*parts: object) -> str:

@@ -18,7 +18,8 @@ Training: AdamW (betas 0.9 / 0.99, weight decay 0.1 on matrices only), linear wa
 cosine decay to lr / 10 (nanoGPT's shakespeare-char recipe). Metric: validation loss (mean
 cross-entropy per character, nats; lower is better).
 
-Data: ``tinyshakespeare/input.txt`` in the data dir; the vocabulary is the sorted set of its
+Data: ``tinyshakespeare/input.txt`` in the data dir (downloaded there from nanoGPT's source
+when missing and online); the vocabulary is the sorted set of its
 characters (65); the first 90% of the text trains, the last 10% validates. A training
 sample is the window ``text[o : o + T + 1]`` (inputs = first T, targets = shifted by one),
 and its sample id is the start offset ``o``, so AQ-SGD's per-sample buffers are per window.
@@ -39,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .api import Batch, Metric, Task, TaskError, TierBudget
-from .data import SampleOrder, fixed_subset, require
+from .data import SampleOrder, fetch, fixed_subset, require
 from .gpt import GPT, GPTConfig, split_gpt
 from .schedules import warmup_cosine
 
@@ -50,7 +51,8 @@ URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshake
 
 def load_text(data_dir: Path) -> tuple[np.ndarray, list[str]]:
     """The corpus as int64 character ids (N,) and the vocabulary (sorted characters)."""
-    path = require(data_dir / "tinyshakespeare" / "input.txt", f"download it from {URL} (nanoGPT's shakespeare_char data)")
+    path = data_dir / "tinyshakespeare" / "input.txt"
+    require(path, f"download it from {URL} (nanoGPT's shakespeare_char data)", lambda: fetch(URL, path))
     text = path.read_text(encoding="utf-8")
     codepoints = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
     vocab, ids = np.unique(codepoints, return_inverse=True)  # sorted characters, id per character

@@ -22,7 +22,7 @@ linear decay to 0. Metric: accuracy on the GLUE dev set (872 sentences; a fixed 
 smoke / quick).
 
 Data: ``sst2/train.tsv`` and ``sst2/dev.tsv`` (``sentence<TAB>label`` with a header) in the
-data dir, tokenized once to a fixed length of ``extra["max_len"]`` = 64 tokens (padded;
+data dir (downloaded there from GLUE when missing and online), tokenized once to a fixed length of ``extra["max_len"]`` = 64 tokens (padded;
 longer sentences are truncated: 4 of 67,349 training sentences and no dev sentence with
 MiniLM's tokenizer) and cached. Sample ids: row index in train.tsv (0..67348); dev
 sentences get 67349 + row index.
@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .api import Batch, DataMissingError, Metric, Task, TaskError, TierBudget
-from .data import SampleOrder, cached_arrays, fixed_subset, require, source_key
+from .data import SampleOrder, cached_arrays, fetch, fixed_subset, require, source_key
 from .schedules import warmup_linear
 
 __all__ = ["Sst2", "TASK", "default_model", "MeanPoolClassifier", "BertStage", "SentimentModel"]
@@ -103,10 +103,23 @@ def _read_tsv(path: Path) -> tuple[list[str], np.ndarray]:
     return df["sentence"].str.strip().tolist(), df["label"].to_numpy(np.int64)
 
 
+def _download_glue_sst2(folder: Path) -> None:
+    """GLUE's SST-2.zip -> ``folder/{train,dev}.tsv``."""
+    import zipfile
+
+    archive = fetch(GLUE_URL, folder / "SST-2.zip")
+    with zipfile.ZipFile(archive) as z:
+        for split in ("train", "dev"):
+            (folder / f"{split}.tsv").write_bytes(z.read(f"SST-2/{split}.tsv"))
+    archive.unlink()
+
+
 def load_sst2(data_dir: Path, model: str, max_len: int) -> dict[str, np.ndarray]:
     """``train_ids`` (67349, max_len) int32 token ids (padded), ``train_y``, ``dev_ids``, ``dev_y``."""
     how = f"download GLUE SST-2 from {GLUE_URL} and unzip train.tsv and dev.tsv into {data_dir / 'sst2'}"
-    train, dev = require(data_dir / "sst2" / "train.tsv", how), require(data_dir / "sst2" / "dev.tsv", how)
+    train, dev = data_dir / "sst2" / "train.tsv", data_dir / "sst2" / "dev.tsv"
+    require(train, how, lambda: _download_glue_sst2(data_dir / "sst2"))
+    require(dev, how, lambda: _download_glue_sst2(data_dir / "sst2"))
     model_files = [Path(model) / f for f in ("tokenizer.json", "vocab.txt", "tokenizer_config.json") if (Path(model) / f).exists()]
 
     def build() -> dict[str, np.ndarray]:

@@ -17,6 +17,7 @@ from torch import Tensor
 from ..api import Compressor, CompressorError, Payload, TensorInfo, check_finite
 from ..registry import register
 from ._common import require_finite
+from ._fast import fp8_decode
 
 __all__ = ["FP16", "BF16", "FP8"]
 
@@ -83,4 +84,4 @@ class FP8(Compressor):
 
     def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:
         codes, scale = payload
-        return (codes.view(torch.float8_e4m3fn).float() * scale).to(info.dtype).reshape(info.shape)
+        return fp8_decode(codes, scale, info.dtype).reshape(info.shape)

@@ -18,6 +18,7 @@ from torch import Tensor
 from ..api import Compressor, CompressorError, Payload, TensorInfo
 from ..registry import check_choice, check_range, register
 from ._common import device_generator, matrix_shape, require_finite
+from ._fast import dequant, quant_codes
 from .bitpack import pack, unpack
 
 __all__ = ["Quant", "QSGD"]
@@ -82,8 +83,8 @@ class Quant(Compressor):
         n = x.numel()
         if n == 0:
             return (torch.empty(0, dtype=torch.uint8, device=x.device),)
-        g = self._groups(x.detach().reshape(-1).float(), x.shape)  # (G, S) fp32
-        lo, hi = torch.aminmax(g, dim=1)  # (G,) each; NaN/Inf propagate
+        g = self._groups(x.detach().reshape(-1), x.shape)  # (G, S) in x's dtype (no fp32 copy)
+        lo, hi = (v.float() for v in torch.aminmax(g, dim=1))  # (G,) each, exact; NaN/Inf propagate
         require_finite(x, info, self.name, summary=lo + hi)
         step = (hi - lo) / self.levels
         if self.scale == "tensor":
@@ -97,27 +98,28 @@ class Quant(Compressor):
             lo, step = (scales.float() * mag).unbind(1)  # what the receiver will use
         # zero (or subnormal) range: every code 0, decoded as lo; 1/step stays finite otherwise
         inv_step = torch.where(step >= _TINY, 1.0 / step, torch.zeros_like(step))
-        t = (g - lo[:, None]).mul_(inv_step[:, None])  # (G, S) in [0, levels] up to scale rounding
-        if self.rounding == "nearest":
-            t.round_()
+        if self.rounding == "nearest":  # one fused kernel on CUDA (see _fast)
+            codes = quant_codes(g, lo, inv_step, self.levels)  # (G, S) uint8
         else:
+            t = (g.float() - lo[:, None]).mul_(inv_step[:, None])  # (G, S) in [0, levels] up to scale rounding
             gen = device_generator(info, x.device, _SALT_ROUNDING)
             t.add_(torch.rand(t.shape, generator=gen, device=t.device)).floor_()
-        codes = t.clamp_(0, self.levels).to(torch.uint8).reshape(-1)[:n]
+            codes = t.clamp_(0, self.levels).to(torch.uint8)
+        codes = codes.reshape(-1)[:n]
         return (pack(codes, self.bits), scales.contiguous(), *extra)
 
     def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:
         n = info.numel
         if n == 0:
             return _empty_like_info(info)
-        codes = unpack(payload[0], self.bits, n).float()
+        codes = unpack(payload[0], self.bits, n)  # (n,) uint8
         scales = payload[1].float()
         if self.scale != "tensor":
             scales = scales * payload[2]
         lo, step = scales.unbind(1)  # (G,) each
-        g = self._groups(codes, info.shape)  # (G, S); block mode zero-pads the tail
-        x = torch.addcmul(lo[:, None], g, step[:, None])
-        return x.reshape(-1)[:n].reshape(info.shape).to(info.dtype)
+        g = self._groups(codes, info.shape)  # (G, S) uint8; block mode zero-pads the tail
+        x = dequant(g, lo, step, info.dtype)  # lo + code * step, one fused kernel on CUDA
+        return x.reshape(-1)[:n].reshape(info.shape)
 
 
 @register("qsgd")

@@ -45,6 +45,7 @@ from torch import Tensor
 from ..api import Compressor, CompressorError, Payload, TensorInfo
 from ..registry import check_range, register
 from ._common import device_generator, require_finite
+from ._fast import abs_ge, nonzero_1d
 from .bitpack import pack, pack_wide, packed_nbytes, unpack, unpack_wide
 
 __all__ = ["TopK", "RandomK", "Threshold", "topk_positions", "encode_positions", "decode_into", "BITMAP", "DELTA"]
@@ -73,14 +74,14 @@ def _kth_smallest(v: Tensor, r: int) -> Tensor:
     return v.topk(r, largest=False, sorted=False).values.max()
 
 
-def _sample_lower_bound(mag: Tensor, k: int, gen: torch.Generator | None) -> Tensor | None:
-    """A value that is at most the k-th largest of ``mag`` with high probability (or None).
+def _sample_lower_bound(x: Tensor, k: int, gen: torch.Generator | None) -> Tensor | None:
+    """A value that is at most the k-th largest of ``|x|`` with high probability (or None).
 
     From ``m`` uniform samples, the value ranked ``k/n * m + z * sd`` from the top (sd: the
     binomial standard deviation of that rank) is below the true k-th largest unless the
     sample is off by more than z = 4 standard deviations (probability ~3e-5).
     """
-    n = mag.numel()
+    n = x.numel()
     m = min(max(n // 64, _TOPK_SAMPLE[0]), _TOPK_SAMPLE[1])
     if 4 * m > n:
         return None  # small tensor: select on all of it
@@ -88,33 +89,34 @@ def _sample_lower_bound(mag: Tensor, k: int, gen: torch.Generator | None) -> Ten
     rank = math.ceil(p * m + _TOPK_Z * math.sqrt(m * p * (1 - p))) + 1  # from the top, 1-based
     if rank >= m:
         return None
-    sample = mag[torch.randint(0, n, (m,), generator=gen, device=mag.device)]
+    sample = x.index_select(0, torch.randint(0, n, (m,), generator=gen, device=x.device)).abs()
     return _kth_smallest(sample, m - rank + 1)
 
 
-def topk_positions(mag: Tensor, k: int, gen: torch.Generator | None = None) -> Tensor:
-    """Sorted int64 positions of exactly the ``k`` largest values of the 1-D ``mag``.
+def topk_positions(x: Tensor, k: int, gen: torch.Generator | None = None) -> Tensor:
+    """Sorted int64 positions of exactly the ``k`` largest ``|x|`` of the 1-D ``x``.
 
-    Ties at the k-th largest value keep the lowest positions. ``gen`` drives the sample
-    that bounds the search (module docstring); the result does not depend on it.
+    Ties at the k-th largest magnitude keep the lowest positions. ``gen`` drives the sample
+    that bounds the search (module docstring); the result does not depend on it. Full
+    passes over ``x``: one fused ``|x| >= lo`` and its nonzero; the rest is candidate-sized.
     """
-    n = mag.numel()
+    n = x.numel()
     if k >= n:
-        return torch.arange(n, device=mag.device)
+        return torch.arange(n, device=x.device)
     if k <= 0:
-        return torch.empty(0, dtype=torch.int64, device=mag.device)
+        return torch.empty(0, dtype=torch.int64, device=x.device)
     cand = None
-    lo = _sample_lower_bound(mag, k, gen)
+    lo = _sample_lower_bound(x, k, gen)
     if lo is not None:
-        cand = torch.nonzero(mag >= lo).squeeze(1)  # sorted; about k * (1 + a few %) of them
+        cand = nonzero_1d(abs_ge(x, lo))  # sorted; about k * (1 + a few %) of them
         if cand.numel() < k:  # the sample overestimated the threshold: select on everything
             cand = None
-    vals = mag if cand is None else mag[cand]
-    thr = _kth_smallest(vals, vals.numel() - k + 1)  # the k-th largest overall
-    gt, eq = vals > thr, vals == thr
+    mag = x.abs() if cand is None else x.index_select(0, cand).abs()
+    thr = _kth_smallest(mag, mag.numel() - k + 1)  # the k-th largest overall
+    gt, eq = mag > thr, mag == thr
     keep = gt | (eq & (eq.cumsum(0) <= k - gt.sum()))  # ties: the first (lowest) positions
-    sel = torch.nonzero(keep).squeeze(1)
-    return sel if cand is None else cand[sel]
+    sel = nonzero_1d(keep)
+    return sel if cand is None else cand.index_select(0, sel)
 
 
 def encode_positions(pos: Tensor, n: int) -> tuple[Tensor, Tensor]:
@@ -129,8 +131,7 @@ def encode_positions(pos: Tensor, n: int) -> tuple[Tensor, Tensor]:
     gaps = torch.diff(pos, prepend=pos.new_full((1,), -1)) - 1  # (k,) >= 0
     w = max(1, int(gaps.max()).bit_length())
     if packed_nbytes(n, 1) < packed_nbytes(k, w):
-        mask = torch.zeros(n, dtype=torch.uint8, device=dev)
-        mask[pos] = 1
+        mask = torch.zeros(n, dtype=torch.uint8, device=dev).index_fill_(0, pos, 1)
         return pack(mask, 1), torch.tensor([BITMAP, 1], dtype=torch.uint8, device=dev)
     return pack_wide(gaps, w), torch.tensor([DELTA, w], dtype=torch.uint8, device=dev)
 
@@ -147,14 +148,14 @@ def decode_into(values: Tensor, index: Tensor, tag: Tensor, n: int) -> Tensor:
         return out.masked_scatter_(mask, values)
     if enc == DELTA:
         pos = torch.cumsum(unpack_wide(index, w, k) + 1, dim=0) - 1
-        return out.index_put_((pos,), values)
+        return out.index_copy_(0, pos, values)  # positions are unique: same as index_put_
     raise CompressorError(f"sparse payload: unknown index encoding tag {enc}; corrupt payload?")
 
 
 def _sparse_payload(flat: Tensor, pos: Tensor) -> Payload:
     """``flat`` (n,), sorted positions -> (values, index bytes, tag)."""
     index, tag = encode_positions(pos, flat.numel())
-    return flat[pos].contiguous(), index, tag
+    return flat.index_select(0, pos), index, tag
 
 
 @register("topk")
@@ -184,9 +185,9 @@ class TopK(Compressor):
             rows = flat.view(x.shape[0], -1)  # (B, n/B)
             k = _count(self.ratio, rows.shape[1])
             offsets = range(0, n, rows.shape[1])
-            pos = torch.cat([topk_positions(r.abs(), k, gen) + o for r, o in zip(rows, offsets)])
+            pos = torch.cat([topk_positions(r, k, gen) + o for r, o in zip(rows, offsets)])
         else:
-            pos = topk_positions(flat.abs(), _count(self.ratio, n), gen)
+            pos = topk_positions(flat, _count(self.ratio, n), gen)
         return _sparse_payload(flat, pos)
 
     def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:
@@ -217,22 +218,36 @@ class RandomK(Compressor):
         if not isinstance(unbiased, bool):
             raise CompressorError(f"randomk: parameter unbiased={unbiased!r} must be true or false")
         self.unbiased = unbiased
+        self._strata_cache: dict[tuple[int, int], tuple[Tensor, Tensor, Tensor]] = {}
+
+    _STRATA_CACHE = 4  # (numel, k) layouts kept per instance (one per tensor shape in practice)
+
+    def _strata(self, n: int, k: int) -> tuple[Tensor, Tensor, Tensor]:
+        """(start, size, size - 1) of the k strata of n elements, (k,) int64 each, cached:
+        they do not depend on the seed and the int64 division costs more than the draws."""
+        cache = self._strata_cache
+        if (n, k) not in cache:
+            if len(cache) >= self._STRATA_CACHE:
+                cache.clear()
+            edges = torch.arange(k + 1, dtype=torch.int64) * n // max(k, 1)  # (k+1,)
+            size = torch.diff(edges)  # (k,), sizes floor(n/k) or ceil(n/k)
+            cache[(n, k)] = (edges[:-1], size, size - 1)
+        return cache[(n, k)]
 
     def _positions(self, info: TensorInfo, device: torch.device) -> tuple[Tensor, Tensor]:
         """(k,) int64 positions, one per stratum, and (k,) stratum sizes."""
         n = info.numel
         k = _count(self.ratio, n)
-        edges = torch.arange(k + 1, dtype=torch.int64) * n // max(k, 1)  # (k+1,)
-        start, size = edges[:-1], torch.diff(edges)  # (k,), sizes floor(n/k) or ceil(n/k)
+        start, size, last = self._strata(n, k)
         # k draws on CPU: bit-identical for sender and receiver on any device or GPU model
         u = torch.rand(k, generator=info.generator(_SALT_RANDOMK), dtype=torch.float64)
-        offset = torch.minimum((u * size).long(), size - 1)
-        return (start + offset).to(device, non_blocking=True), size.to(device, non_blocking=True)
+        offset = torch.minimum(u.mul_(size).long(), last)
+        return offset.add_(start).to(device, non_blocking=True), size.to(device, non_blocking=True)
 
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:
         require_finite(x, info, self.name, summary=x.detach().sum())  # NaN/Inf propagate to the sum
         pos, size = self._positions(info, x.device)
-        values = x.detach().reshape(-1)[pos]
+        values = x.detach().reshape(-1).index_select(0, pos)
         if self.unbiased:
             values = values * size.to(values.dtype)
         return (values.contiguous(),)
@@ -240,7 +255,7 @@ class RandomK(Compressor):
     def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:
         (values,) = payload
         pos, _ = self._positions(info, values.device)
-        out = torch.zeros(info.numel, dtype=values.dtype, device=values.device).index_put_((pos,), values)
+        out = torch.zeros(info.numel, dtype=values.dtype, device=values.device).index_copy_(0, pos, values)
         return out.reshape(info.shape).to(info.dtype)
 
 
@@ -269,20 +284,18 @@ class Threshold(Compressor):
         n = flat.numel()
         if n == 0:
             return _sparse_payload(flat, torch.empty(0, dtype=torch.int64, device=x.device))
-        mag = flat.abs()
         m = min(n, max(self._MIN_SAMPLE, math.ceil(self.sample * n)))
         gen = device_generator(info, x.device, _SALT_SAMPLE)
         if m < n:
-            sample = mag[torch.randint(0, n, (m,), generator=gen, device=x.device)]
+            sample = flat.index_select(0, torch.randint(0, n, (m,), generator=gen, device=x.device)).abs()
         else:
-            sample = mag
+            sample = flat.abs()
         thr = sample.topk(_count(self.ratio, m), sorted=False).values.min()
-        # |x| >= thr and |x| > 0; for thr > 0 the first implies the second (one pass, not three)
-        keep = mag >= thr if float(thr) > 0 else mag > 0
-        pos = torch.nonzero(keep).squeeze(1)  # sorted; syncs for the count
+        # |x| >= thr and |x| > 0: for thr > 0 the first implies the second (one fused pass)
+        pos = nonzero_1d(abs_ge(flat, thr) if float(thr) > 0 else flat != 0)  # sorted
         target = _count(self.ratio, n)
         if pos.numel() > 2 * target:
-            pos = pos[topk_positions(mag[pos], target, gen)]  # stays sorted
+            pos = pos.index_select(0, topk_positions(flat.index_select(0, pos), target, gen))  # stays sorted
         return _sparse_payload(flat, pos)
 
     def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:

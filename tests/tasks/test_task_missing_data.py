@@ -34,3 +34,34 @@ def test_sst2_unknown_model_folder(tmp_path, monkeypatch):
     assert task.describe()["model"] == str(tmp_path / "no-model")
     with pytest.raises(DataMissingError, match="MPCBENCH_SST2_MODEL"):
         task.build_stages(2)
+
+
+def test_failed_download_is_a_data_missing_error(tmp_path, monkeypatch):
+    import urllib.error
+
+    import tasks.shakespeare as sh
+
+    monkeypatch.delenv("MPCBENCH_OFFLINE", raising=False)
+
+    def unreachable(url, dest):
+        raise urllib.error.URLError("Name or service not known")
+
+    monkeypatch.setattr(sh, "fetch", unreachable)
+    with pytest.raises(DataMissingError, match="automatic download failed: URLError"):
+        sh.load_text(tmp_path)
+
+
+def test_download_puts_the_file_in_the_data_dir(tmp_path, monkeypatch):
+    import tasks.shakespeare as sh
+
+    monkeypatch.delenv("MPCBENCH_OFFLINE", raising=False)
+    fetched = []
+
+    def fake_fetch(url, dest):
+        fetched.append(url)
+        dest.parent.mkdir(parents=True)
+        dest.write_text("ab\nba\n")
+
+    monkeypatch.setattr(sh, "fetch", fake_fetch)
+    ids, vocab = sh.load_text(tmp_path)
+    assert fetched == [sh.URL] and vocab == ["\n", "a", "b"] and ids.tolist() == [1, 2, 0, 2, 1, 0]

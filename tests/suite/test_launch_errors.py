@@ -1,0 +1,41 @@
+"""The launcher's one-line failure message: the root cause's rank and error, not its peers' fallout."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from suite.config import CellConfig
+from suite.launch import _absolute_plugins, _failure_line
+
+
+@pytest.mark.parametrize(
+    "errors,log,expected",
+    [
+        # a rank's own error beats its peers' connection errors, whatever their order
+        ({"rank0": "rank 0 (stage 0, replica 0): TransportError: rank 0: receiving from rank 1 failed (peer died or stalled?): x",
+          "rank1": "rank 1 (stage 1, replica 0): CompressorError: bad code"}, "", "rank 1 (stage 1, replica 0): CompressorError: bad code"),
+        # a silent death is named from torchrun's summary, followed by the peer's view
+        ({"rank0": "rank 0 (stage 0, replica 0): TransportError: receiving from rank 1 failed (peer died or stalled?): closed"},
+         "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 7)\n",
+         "rank 1 died (signal 9) without a Python error; then rank 0"),
+        ({}, "Traceback...\nImportError: no module named foo\n", "ImportError: no module named foo"),
+    ],
+)
+def test_the_failure_line_names_the_root_cause(tmp_path, errors, log, expected):
+    (tmp_path / "errors").mkdir()
+    for i, (name, line) in enumerate(errors.items()):
+        f = tmp_path / "errors" / f"{name}.txt"
+        f.write_text(line + "\n")
+        os.utime(f, (1000 + i, 1000 + i))
+    (tmp_path / "torchrun.log").write_text(log)
+    msg = _failure_line(tmp_path, tmp_path / "torchrun.log", 1)
+    assert msg.startswith(f"torchrun run failed: {expected}") and "\n" not in msg
+
+
+def test_plugin_paths_are_made_absolute_for_the_workers(tmp_path, monkeypatch):
+    (tmp_path / "plug.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    cfg = _absolute_plugins(CellConfig(task="tiny", plugins=("plug.py", "some.module")))
+    assert cfg.plugins == (str(tmp_path / "plug.py"), "some.module")
