@@ -80,6 +80,21 @@ def _threads(pytestconfig: pytest.Config):
     torch.set_num_threads(old)
 
 
+def _compressors_source() -> str:
+    """Where the measured ``compressors`` package was imported from, and a hash of its code
+    (the JSON's commit_info names the repository, which need not be the code measured)."""
+    import hashlib
+    from pathlib import Path
+
+    import compressors
+
+    root = Path(compressors.__file__).parent
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        h.update(f.read_bytes())
+    return f"{root} sha256:{h.hexdigest()[:12]}"
+
+
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
     machine_info["torch"] = torch.__version__
     n = config.getoption("--bench-threads")
@@ -91,6 +106,7 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
         machine_info["loadavg_at_start"] = list(os.getloadavg())
     except OSError:
         pass
+    machine_info["compressors_source"] = _compressors_source()
     if torch.cuda.is_available():
         machine_info["cuda_device"] = torch.cuda.get_device_name(0)
         machine_info["cuda_version"] = torch.version.cuda

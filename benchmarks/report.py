@@ -5,9 +5,13 @@ Usage::
     pytest benchmarks --benchmark-json after.json
     python benchmarks/report.py after.json                      # tables of one run
     python benchmarks/report.py after.json --before before.json # + before/after columns
+    python benchmarks/report.py a1.json a2.json --before b1.json b2.json  # several runs each
 
 Times are the minimum over rounds (``extra_info["seconds"]``); "x floor" is the time divided
-by the time to read the input once in the same run (``extra_info["floor_s"]``).
+by the time to read the input once in the same run (``extra_info["floor_s"]``). Given
+several runs of the same code (e.g. before and after runs interleaved on a shared machine),
+each number is the minimum over the runs (a multiple of the floor is formed within its
+run first).
 """
 
 from __future__ import annotations
@@ -27,6 +31,29 @@ PHASES = ("compress", "decompress", "roundtrip")
 def load(path: str | Path) -> dict[str, Any]:
     with open(path) as f:
         return json.load(f)
+
+
+def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One document whose benchmarks keep, per name, the minimum of each measured number."""
+    if len(docs) == 1:
+        return docs[0]
+    out = dict(docs[0])
+    best: dict[str, dict[str, Any]] = {}
+    for d in docs:
+        for b in d.get("benchmarks", []):
+            e = dict(b.get("extra_info", {}))
+            if "seconds" in e:
+                e["floor_multiple"] = e["seconds"] / e["floor_s"]
+            cur = best.setdefault(b["name"], {"name": b["name"], "extra_info": e})["extra_info"]
+            for key in ("seconds", "floor_multiple", "floor_s", "step_s", "unsplit_step_s", "ratio",
+                        "overhead_per_step_s", "overhead_per_message_s"):
+                if key in e and key in cur:
+                    cur[key] = min(cur[key], e[key])
+            if "seconds" in cur:
+                cur["gbps"] = cur["bytes_in"] / cur["seconds"] / 1e9
+    out["benchmarks"] = list(best.values())
+    out["merged_runs"] = [machine_line(d) for d in docs]
+    return out
 
 
 def _t(seconds: float | None) -> str:
@@ -56,6 +83,8 @@ def machine_line(doc: dict[str, Any]) -> str:
     if la0:
         parts.append(f"1-min load average {la0[0]:.1f} at start, {la1[0]:.1f} at end" if la1 else f"load {la0[0]:.1f}")
     parts.append(f"{doc.get('datetime', '?')[:16]}, commit {str(c.get('id', '?'))[:8]}{' (dirty)' if c.get('dirty') else ''}")
+    if m.get("compressors_source"):
+        parts.append(f"compressors {m['compressors_source'].split()[-1]}")
     return "; ".join(parts)
 
 
@@ -124,14 +153,15 @@ def overhead_table(doc: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("json", help="pytest-benchmark JSON (--benchmark-json) of the run to report")
-    ap.add_argument("--before", help="JSON of an earlier run: adds its x floor and the speed-up")
+    ap.add_argument("json", nargs="+", help="pytest-benchmark JSON (--benchmark-json) of the run(s) to report")
+    ap.add_argument("--before", nargs="+", help="JSON of earlier run(s): adds their x floor and the speed-up")
     args = ap.parse_args(argv)
-    doc = load(args.json)
-    before = load(args.before) if args.before else None
-    print(f"Measured on: {machine_line(doc)}")
-    if before:
-        print(f"\nBefore: {machine_line(before)}")
+    doc = merge([load(p) for p in args.json])
+    before = merge([load(p) for p in args.before]) if args.before else None
+    for label, d in (("Measured", doc), ("Before", before)):
+        if d is not None:
+            runs = d.get("merged_runs") or [machine_line(d)]
+            print(f"{label}: " + (runs[0] if len(runs) == 1 else "minimum over runs:\n" + "\n".join(f"- {r}" for r in runs)))
     tables = compressor_tables(doc, before)
     if tables:
         print(tables)

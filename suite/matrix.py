@@ -221,6 +221,8 @@ def load_matrix(path: str | Path | None = None) -> Matrix:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise MatrixError(f"cannot read matrix file {p}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise MatrixError(f"cannot read matrix file {p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
