@@ -125,7 +125,7 @@ def test_bad_matrix_file_is_one_line_before_training(capsys, tmp_path, no_traini
 def test_pytest_entry_reports_a_bad_matrix_in_one_line(pytester, tally):
     """``pytest suite --matrix bad.yaml``: the same one line, as a collection error."""
     matrix = pytester.path / "m.yaml"
-    matrix.write_bytes(MATRIX_CASES[0][2])  # malformed YAML
+    matrix.write_bytes(MATRIX_CASES[0][1])  # malformed YAML
     with tally.fault("bad configuration", "pytest suite: malformed matrix YAML"):
         result = pytester.runpytest_inprocess(
             str(SUITE), "-p", "no:cacheprovider", "--matrix", str(matrix), "--plugin", TINY, "--results", "s.jsonl"
