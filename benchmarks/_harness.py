@@ -42,6 +42,7 @@ __all__ = [
     "parse_shape",
     "synced_clock",
     "use_cpu_clock",
+    "cpu_clock",
     "measure",
     "bench",
     "default_spec",
@@ -86,6 +87,11 @@ def use_cpu_clock(name: str) -> None:
     _cpu_clock[0] = CPU_CLOCKS[name]
 
 
+def cpu_clock() -> Callable[[], float]:
+    """The selected CPU clock."""
+    return _cpu_clock[0]
+
+
 def synced_clock(device: torch.device) -> Callable[[], float]:
     """The CPU clock, or on CUDA ``time.perf_counter`` after waiting for queued kernels."""
     if device.type != "cuda":
@@ -122,8 +128,8 @@ def measure(fn: Callable[[], Any], device: torch.device, rounds: int = ROUNDS) -
 
 def bench(benchmark, fn: Callable[[], Any], device: torch.device, rounds: int = ROUNDS) -> float | None:
     """Time ``fn`` with pytest-benchmark; return the minimum seconds per call (None if disabled)."""
-    if getattr(benchmark, "disabled", False):
-        fn()
+    if getattr(benchmark, "disabled", False):  # --benchmark-disable: run once as a smoke test
+        benchmark.pedantic(fn)
         return None
     benchmark._timer = synced_clock(device)  # read by pedantic's runner; syncs once per round on CUDA
     n = _iterations(fn, device)

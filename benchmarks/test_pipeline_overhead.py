@@ -12,6 +12,12 @@ absolute overhead per step and per boundary message.
 The pytest-benchmark time itself is a whole run (set-up, training, the pipeline's final
 evaluation), so compare step times through ``extra_info`` (``benchmarks/report.py`` does).
 
+Clock: both runs time their steps with ``time.perf_counter``. On CPU with the default
+``--bench-clock thread`` (one torch thread, see ``_harness``) that function is replaced by
+``time.thread_time`` for the duration of the run, so a step's time is the CPU time the
+(single-process) run spent on it, not including time descheduled by other processes on a
+shared machine. On CUDA the wall clock is kept (kernels run asynchronously).
+
 Cases: ``tiny`` (a 16-32-32-32-4 MLP: compute is microseconds, so the ratio exposes the
 runtime's fixed per-message cost), CIFAR-10 ResNet-18 at the quick tier's quarter width on
 CPU (skipped without the data set), and the full-width network on CUDA when present.
@@ -19,6 +25,8 @@ CPU (skipped without the data set), and the full-width network on CUDA when pres
 
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean
@@ -27,6 +35,7 @@ from typing import Any
 import pytest
 import torch
 
+from _harness import cpu_clock
 from conftest import devices
 from suite.config import CellConfig, CompressionPlan
 from suite.reference import train_unsplit
@@ -70,6 +79,21 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("overhead_case,variant", params)
 
 
+@contextmanager
+def _step_clock(device: str):
+    """Let the runtime's step clock read this thread's CPU time on CPU (module docstring)."""
+    clock = cpu_clock()
+    if device != "cpu" or clock is time.perf_counter:
+        yield
+        return
+    wall = time.perf_counter
+    time.perf_counter = clock
+    try:
+        yield
+    finally:
+        time.perf_counter = wall
+
+
 def _unsplit_step(cfg: CellConfig) -> float:
     walls = train_unsplit(cfg).step_walls
     return fmean(walls[1:] if len(walls) > 2 else walls)
@@ -88,7 +112,8 @@ def test_step_time(benchmark, overhead_case: OverheadCase, variant: str):
         pytest.skip(f"{overhead_case.id}: {e}")
     steps: list[float] = []
     benchmark.group = f"pipeline-overhead-{overhead_case.id}"
-    benchmark.pedantic(lambda: steps.append(measure(cfg)), rounds=ROUNDS, iterations=1)
+    with _step_clock(overhead_case.device):
+        benchmark.pedantic(lambda: steps.append(measure(cfg)), rounds=ROUNDS, iterations=1)
     step_s = min(steps)
     cfg = cfg.validate()
     S = cfg.n_stages
@@ -97,6 +122,7 @@ def test_step_time(benchmark, overhead_case: OverheadCase, variant: str):
     M = cfg.microbatches or get_task_class(cfg.task).tiers[cfg.tier].microbatches
     benchmark.extra_info.update(
         case=overhead_case.id, variant=variant, device=overhead_case.device, step_s=step_s,
+        step_clock="wall" if overhead_case.device != "cpu" or cpu_clock() is time.perf_counter else "thread",
         stages=S, microbatches=M, messages_per_step=2 * (S - 1) * M,
     )  # fmt: skip
     if variant == "unsplit":
@@ -104,7 +130,8 @@ def test_step_time(benchmark, overhead_case: OverheadCase, variant: str):
         return
     base = _UNSPLIT_STEP_S.get(overhead_case.id)
     if base is None:  # unsplit deselected: measure it here (not benchmarked)
-        base = min(_unsplit_step(cfg) for _ in range(ROUNDS))
+        with _step_clock(overhead_case.device):
+            base = min(_unsplit_step(cfg) for _ in range(ROUNDS))
     overhead = step_s - base
     benchmark.extra_info.update(
         unsplit_step_s=base, ratio=step_s / base, overhead_per_step_s=overhead,

@@ -34,7 +34,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["fused", "Fused", "compile_mode", "nonzero_1d", "abs_ge", "quant_codes", "dequant", "fp8_decode"]
+__all__ = [
+    "fused", "Fused", "compile_mode", "nonzero_1d", "row_minmax", "abs_ge", "quant_codes", "dequant", "fp8_decode",
+]  # fmt: skip
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -100,6 +102,18 @@ def nonzero_1d(mask: Tensor) -> Tensor:
     if mask.device.type == "cpu" and not mask.requires_grad:
         return torch.from_numpy(np.flatnonzero(mask.numpy())).to(torch.int64)
     return torch.nonzero(mask).squeeze(1)
+
+
+def row_minmax(g: Tensor) -> tuple[Tensor, Tensor]:
+    """(min, max) over dim 1 of ``g`` (G, S); NaN propagates like ``torch.aminmax``.
+
+    On CPU ``amin`` + ``amax`` (two vectorized passes) beat ``aminmax(dim=1)`` 4x (4096 x 512
+    fp32: 1.0 ms vs 4.4 ms, one thread); on CUDA ``aminmax`` reads ``g`` once.
+    """
+    if g.device.type == "cpu":
+        return g.amin(dim=1), g.amax(dim=1)
+    lo, hi = torch.aminmax(g, dim=1)
+    return lo, hi
 
 
 # --------------------------------------------------------------------------- fused kernels

@@ -18,7 +18,7 @@ from torch import Tensor
 from ..api import Compressor, CompressorError, Payload, TensorInfo
 from ..registry import check_choice, check_range, register
 from ._common import device_generator, matrix_shape, require_finite
-from ._fast import dequant, quant_codes
+from ._fast import dequant, quant_codes, row_minmax
 from .bitpack import pack, unpack
 
 __all__ = ["Quant", "QSGD"]
@@ -84,7 +84,7 @@ class Quant(Compressor):
         if n == 0:
             return (torch.empty(0, dtype=torch.uint8, device=x.device),)
         g = self._groups(x.detach().reshape(-1), x.shape)  # (G, S) in x's dtype (no fp32 copy)
-        lo, hi = (v.float() for v in torch.aminmax(g, dim=1))  # (G,) each, exact; NaN/Inf propagate
+        lo, hi = (v.float() for v in row_minmax(g))  # (G,) each, exact; NaN/Inf propagate
         require_finite(x, info, self.name, summary=lo + hi)
         step = (hi - lo) / self.levels
         if self.scale == "tensor":

@@ -12,7 +12,7 @@ import torch
 
 from compressors import TensorInfo, TensorRole, build
 from compressors.builtins import _fast, sparsification
-from compressors.builtins._fast import Fused, abs_ge, dequant, fp8_decode, nonzero_1d, quant_codes
+from compressors.builtins._fast import Fused, abs_ge, dequant, fp8_decode, nonzero_1d, quant_codes, row_minmax
 from compressors.builtins.sparsification import Threshold, TopK, topk_positions
 
 
@@ -84,6 +84,14 @@ def test_nonzero_1d_matches_torch():
     m = _randn(10_001, seed=5) > 0.3
     assert torch.equal(nonzero_1d(m), torch.nonzero(m).squeeze(1))
     assert nonzero_1d(torch.zeros(0, dtype=torch.bool)).dtype == torch.int64
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_row_minmax_matches_aminmax_including_nan_and_inf(dtype):
+    x = _randn(300 * 77, seed=6, dtype=dtype).view(300, 77)
+    x[3, 5], x[7, 1], x[9, 2] = float("nan"), float("inf"), -float("inf")
+    for got, want in zip(row_minmax(x), torch.aminmax(x, dim=1)):
+        assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())
 
 
 def test_fp8_table_decode_equals_the_cast_for_every_code():

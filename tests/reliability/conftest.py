@@ -24,11 +24,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     s = TALLY.summary()
     terminalreporter.write_sep("-", "mpcbench reliability tally")
     terminalreporter.write_line(
-        f"faults injected: {s['faults_injected']}, faults caught: {s['faults_caught']}, cells lost: {s['cells_lost']}"
+        f"faults injected: {s['faults_injected']}, faults caught: {s['faults_caught']}, "
+        f"cells in checked stores: {s['cells_checked']}, cells lost: {s['cells_lost']}"
     )
     for area, a in s["by_area"].items():
         terminalreporter.write_line(
-            f"  {area:<24} injected {a['injected']:>3}  caught {a['caught']:>3}  cells lost {a['cells_lost']}"
+            f"  {area:<28} injected {a['injected']:>3}  caught {a['caught']:>3}  cells {a['cells']:>3}  lost {a['cells_lost']}"
         )
     path = os.environ.get(TALLY_ENV)
     if path:

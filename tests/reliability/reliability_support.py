@@ -4,8 +4,9 @@ Imported by ``conftest.py`` and the test modules (a plain module with a unique n
 ``conftest`` modules share one name, so tests must not import from them).
 
 The tally counts, over the whole run of ``tests/reliability``, every fault a test injects,
-whether the benchmark caught it (the test's assertions about the specific reason passed)
-and how many cells were lost (expected records missing from the store). ``conftest.py``
+whether the benchmark caught it (the test's assertions about the specific reason passed),
+and, for every results store the tests check, how many cells ran and how many were lost
+(no valid record in the store). ``conftest.py``
 prints it at the end of the run and, with ``MPCBENCH_RELIABILITY_TALLY=path.json``, writes
 it as JSON (docs/reliability.md quotes it)::
 
@@ -34,31 +35,42 @@ MARKER_ENV = "MPCBENCH_RELIABILITY_MARKER"  # tags every process a test starts (
 
 # --------------------------------------------------------------------------- the tally
 class Tally:
-    """Faults injected / caught / cells lost, one row per injected fault."""
+    """Faults injected / caught (one row per injected fault) and cells run / lost (per store check)."""
 
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
+        self.stores: list[dict[str, Any]] = []
 
     @contextlib.contextmanager
     def fault(self, area: str, name: str) -> Iterator[dict[str, Any]]:
         """Count one injected fault; it counts as caught only if the block finishes (its
-        assertions about the reason passed). Set ``row["cells_lost"]`` inside the block."""
-        row: dict[str, Any] = {"area": area, "fault": name, "caught": False, "cells_lost": 0}
+        assertions about the specific reason passed)."""
+        row: dict[str, Any] = {"area": area, "fault": name, "caught": False}
         self.rows.append(row)
         yield row
         row["caught"] = True
 
+    def cells(self, area: str, expected: int, stored: int) -> int:
+        """Count a store check: ``expected`` cells were run, ``stored`` of them have a valid
+        record. Returns the number of lost cells (the caller asserts it is zero)."""
+        self.stores.append({"area": area, "cells": expected, "lost": max(0, expected - stored)})
+        return expected - stored
+
     def summary(self) -> dict[str, Any]:
         areas: dict[str, dict[str, int]] = {}
         for r in self.rows:
-            a = areas.setdefault(r["area"], {"injected": 0, "caught": 0, "cells_lost": 0})
+            a = areas.setdefault(r["area"], {"injected": 0, "caught": 0, "cells": 0, "cells_lost": 0})
             a["injected"] += 1
             a["caught"] += int(r["caught"])
-            a["cells_lost"] += r["cells_lost"]
+        for c in self.stores:
+            a = areas.setdefault(c["area"], {"injected": 0, "caught": 0, "cells": 0, "cells_lost": 0})
+            a["cells"] += c["cells"]
+            a["cells_lost"] += c["lost"]
         return {
             "faults_injected": len(self.rows),
             "faults_caught": sum(r["caught"] for r in self.rows),
-            "cells_lost": sum(r["cells_lost"] for r in self.rows),
+            "cells_checked": sum(c["cells"] for c in self.stores),
+            "cells_lost": sum(c["lost"] for c in self.stores),
             "by_area": areas,
             "faults": self.rows,
         }

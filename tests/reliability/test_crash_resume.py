@@ -18,6 +18,7 @@ import uuid
 import pytest
 
 from reliability_support import MARKER_ENV, TINY, processes_with_env, wait_until
+from suite.cli import main
 from suite.records import validate_record
 from suite.store import read_jsonl
 
@@ -26,20 +27,22 @@ pytestmark = pytest.mark.distributed  # several processes (runner + one child pe
 SEEDS = 4  # cells: fp16 x seeds 0..3 (no baseline); killed with one or more finished, one in flight, some pending
 
 
-def _command(store) -> list[str]:
+def _args(store) -> list[str]:
     return [
-        sys.executable, "-m", "suite", "run", "--task", "tiny", "--plugin", TINY, "--compressor", "fp16",
-        "--no-baseline", "--seeds", str(SEEDS), "--steps", "2", "--results", str(store), "--no-progress",
+        "run", "--task", "tiny", "--plugin", TINY, "--compressor", "fp16", "--no-baseline", "--seeds", str(SEEDS),
+        "--steps", "2", "--results", str(store), "--no-progress",
     ]  # fmt: skip
 
 
-def test_sigkill_mid_matrix_then_resume_runs_only_missing_cells(tmp_path, tally):
+def test_sigkill_mid_matrix_then_resume_runs_only_missing_cells(tmp_path, capsys, tally):
     store = tmp_path / "results" / "store.jsonl"
     logs = tmp_path / "results" / "store.logs"
     marker = uuid.uuid4().hex
     env = {**os.environ, MARKER_ENV: marker}
-    with tally.fault("crash and resume", "SIGKILL of `mpcbench run` mid-matrix") as row:
-        runner = subprocess.Popen(_command(store), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    with tally.fault("crash and resume", "SIGKILL of `mpcbench run` mid-matrix"):
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "suite", *_args(store)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
         try:
             # kill once one cell is stored and the next one's child has started (its log exists)
             def mid_matrix() -> bool:
@@ -64,20 +67,22 @@ def test_sigkill_mid_matrix_then_resume_runs_only_missing_cells(tmp_path, tally)
         assert problems == [] and 1 <= len(before) < SEEDS and all(r["status"] == "ok" for r in before)
         assert not list(store.parent.glob(".store.jsonl.*.tmp"))  # no temp file left behind either
 
-        # rerun: only the missing cells run
-        rerun = subprocess.run(_command(store), env=env, capture_output=True, text=True, timeout=600)
-        assert rerun.returncode == 0, rerun.stderr
-        m = re.search(r"(\d+) cells \((\d+) to run, (\d+) already in store", rerun.stderr)
-        assert m, rerun.stderr
+        # rerun the same command (in this process: same code as the CLI, no second interpreter start)
+        rc = main(_args(store))
+        err = capsys.readouterr().err
+        assert rc == 0, err
+        m = re.search(r"(\d+) cells \((\d+) to run, (\d+) already in store", err)
+        assert m, err
         total, to_run, skipped = map(int, m.groups())
-        assert (total, to_run, skipped) == (SEEDS, SEEDS - len(before), len(before))
-        assert rerun.stderr.count("already in store") >= len(before)
+        assert (total, to_run, skipped) == (SEEDS, SEEDS - len(before), len(before))  # only the missing cells run
+        assert len(re.findall(r"\] skipped .*already in store", err)) == len(before), err
+        assert len(re.findall(r"\] ok ", err)) == SEEDS - len(before), err
         after, problems = read_jsonl(store)
         assert problems == []
         assert after[: len(before)] == before  # finished records are kept verbatim, not rerun
         keys = [r["cell_key"] for r in after]
-        assert len(keys) == len(set(keys)) == SEEDS  # every cell exactly once
+        assert tally.cells("crash and resume", SEEDS, len(set(keys))) == 0
+        assert len(keys) == len(set(keys)) == SEEDS  # every cell exactly once: none lost, none run twice
         assert sorted(r["seed"] for r in after) == list(range(SEEDS)) and all(r["status"] == "ok" for r in after)
-        row["cells_lost"] = SEEDS - len(set(keys))
-        # nothing the runs started outlives them (helpers such as a fork server exit with their runner)
+        # nothing the killed run started outlives it (its fork server, if any, exits with it)
         assert wait_until(lambda: not processes_with_env(MARKER_ENV, marker), timeout=15), "orphaned process"
