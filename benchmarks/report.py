@@ -82,7 +82,9 @@ def machine_line(doc: dict[str, Any]) -> str:
     la0, la1 = m.get("loadavg_at_start"), m.get("loadavg_at_end")
     if la0:
         parts.append(f"1-min load average {la0[0]:.1f} at start, {la1[0]:.1f} at end" if la1 else f"load {la0[0]:.1f}")
-    parts.append(f"{doc.get('datetime', '?')[:16]}, commit {str(c.get('id', '?'))[:8]}{' (dirty)' if c.get('dirty') else ''}")
+    cid = str(c.get("id", "?"))
+    cid = cid[:8] if all(ch in "0123456789abcdef" for ch in cid) else cid  # e.g. "unversioned" outside a repo
+    parts.append(f"{doc.get('datetime', '?')[:16]}, repository commit {cid}{' (dirty)' if c.get('dirty') else ''}")
     if m.get("compressors_source"):
         parts.append(f"compressors {m['compressors_source'].split()[-1]}")
     return "; ".join(parts)
@@ -162,12 +164,13 @@ def main(argv: list[str] | None = None) -> int:
         if d is not None:
             runs = d.get("merged_runs") or [machine_line(d)]
             print(f"{label}: " + (runs[0] if len(runs) == 1 else "minimum over runs:\n" + "\n".join(f"- {r}" for r in runs)))
+            print()
     tables = compressor_tables(doc, before)
     if tables:
-        print(tables)
+        print(tables.lstrip("\n"))
     ov = overhead_table(doc)
     if ov:
-        print("\n" + ov)
+        print(ov)
     return 0
 
 

@@ -27,7 +27,7 @@ def _randn(n: int, seed: int = 0, dtype=torch.float32) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------- topk selection
-@pytest.mark.parametrize("n", [1, 100, 20_000, 300_000])  # small path and sampled path
+@pytest.mark.parametrize("n", [1, 100, 20_000, 100_000])  # small path and sampled path (n >= 16384)
 @pytest.mark.parametrize("ratio", [1e-4, 0.1, 0.5, 0.97])
 def test_topk_positions_are_exactly_the_k_largest(n, ratio):
     x = _randn(n, seed=n)
@@ -37,28 +37,28 @@ def test_topk_positions_are_exactly_the_k_largest(n, ratio):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_topk_ties_keep_the_lowest_positions(dtype):
-    x = _randn(300_000, dtype=dtype)  # bf16: thousands of values tie at the threshold
-    for k in (1, 777, 30_000):
+    x = _randn(100_000, dtype=dtype)  # bf16: hundreds of values tie at the threshold
+    for k in (1, 777, 10_000):
         pos = topk_positions(x, k)
         assert torch.equal(pos, _reference_topk(x, k)), k
-    coarse = torch.tensor([1.0, -1.0, 0.5, 1.0, -0.5, 1.0, 0.0, -1.0] * 50_000)  # massive ties
-    for k in (3, 100_000, 250_000):
+    coarse = torch.tensor([1.0, -1.0, 0.5, 1.0, -0.5, 1.0, 0.0, -1.0] * 5_000)  # massive ties
+    for k in (3, 10_000, 25_000):
         assert torch.equal(topk_positions(coarse, k), _reference_topk(coarse, k)), k
 
 
 @pytest.mark.parametrize("bound", ["too_high", "zero"])
 def test_topk_is_exact_when_the_sample_bound_is_wrong(monkeypatch, bound):
-    x = _randn(300_000, seed=3)
-    k = 30_000
+    x = _randn(100_000, seed=3)
+    k = 10_000
     wrong = {"too_high": x.abs().max(), "zero": torch.tensor(0.0)}[bound]
     monkeypatch.setattr(sparsification, "_sample_lower_bound", lambda *a: wrong)
     assert torch.equal(topk_positions(x, k), _reference_topk(x, k))
 
 
 def test_topk_result_does_not_depend_on_the_sample_seed():
-    x = _randn(300_000, seed=4)
-    a = topk_positions(x, 12_345, torch.Generator().manual_seed(1))
-    b = topk_positions(x, 12_345, torch.Generator().manual_seed(2))
+    x = _randn(100_000, seed=4)
+    a = topk_positions(x, 1_234, torch.Generator().manual_seed(1))
+    b = topk_positions(x, 1_234, torch.Generator().manual_seed(2))
     assert torch.equal(a, b)
 
 
