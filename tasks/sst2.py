@@ -41,6 +41,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+# The default encoder's model code, imported with this module rather than lazily inside
+# AutoModel.from_pretrained: importing it costs 10-20 s on a small CPU, and the runner's fork
+# server imports a task module once, so every forked cell then starts without paying it.
+import transformers.models.bert.modeling_bert  # noqa: F401
+
 from .api import Batch, DataMissingError, Metric, Task, TaskError, TierBudget
 from .data import SampleOrder, cached_arrays, fetch, fixed_subset, require, source_key
 from .schedules import warmup_linear

@@ -65,7 +65,6 @@ def test_sigkill_mid_matrix_then_resume_runs_only_missing_cells(tmp_path, capsys
             validate_record(json.loads(line))
         before, problems = read_jsonl(store)
         assert problems == [] and 1 <= len(before) < SEEDS and all(r["status"] == "ok" for r in before)
-        assert not list(store.parent.glob(".store.jsonl.*.tmp"))  # no temp file left behind either
 
         # rerun the same command (in this process: same code as the CLI, no second interpreter start)
         rc = main(_args(store))

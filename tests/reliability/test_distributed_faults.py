@@ -107,8 +107,8 @@ def test_stage_process_killed_mid_step_fails_the_run_in_time(faulty_registry, tm
         err = outcome.get("error")
         assert isinstance(err, RunError), repr(err)
         msg = str(err)
+        # the root cause first (rank 0's receive error, if it got to write one, follows it)
         assert "\n" not in msg and msg.startswith("torchrun run failed: rank 1 died (signal 9)"), msg
-        assert "rank 0" in msg  # its peer's fallout is named after the root cause
         assert wait_until(lambda: not processes_with_env(MARKER_ENV, marker), timeout=15), "orphaned processes"
 
 

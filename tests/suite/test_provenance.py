@@ -16,6 +16,17 @@ from suite.record_builder import failed_record
 
 
 @pytest.fixture(autouse=True)
+def _restore_registry():
+    """Plugins these tests import register compressors: unregister them afterwards."""
+    from compressors import registry
+
+    saved = dict(registry._REGISTRY)
+    yield
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(saved)
+
+
+@pytest.fixture(autouse=True)
 def _fresh_caches():
     prov.git_info.cache_clear()
     yield
