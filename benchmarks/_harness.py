@@ -24,7 +24,6 @@ of the floor* is its time divided by ``floor_s``; 1.0 means "as fast as reading 
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 import time
@@ -33,8 +32,8 @@ from typing import Any, Callable
 
 import torch
 
-from compressors import Compressor, TensorInfo, TensorRole, build, get_class
-from compressors.registry import _wants_compressor
+from compressors import Compressor, CompressorError, TensorInfo, TensorRole, build, get_class
+from compressors.registry import default_spec as registry_default_spec
 
 __all__ = [
     "ROUNDS",
@@ -49,7 +48,6 @@ __all__ = [
     "main_role",
     "make_info",
     "make_input",
-    "DEFAULT_SPECS",
 ]
 
 ROUNDS = int(os.environ.get("MPCBENCH_BENCH_ROUNDS", "7"))  # timed rounds per benchmark (min is reported)
@@ -58,12 +56,6 @@ MAX_ITERATIONS = 1000
 
 Shape = tuple[int, ...]
 
-# Specs whose bare name is not "the default settings" (wrappers need an inner compressor).
-DEFAULT_SPECS: dict[str, str] = {
-    "ef": "ef(topk(ratio=0.1))",
-    "ef21": "ef21(topk(ratio=0.1))",
-}
-NESTED_DEFAULT = "topk(ratio=0.1)"
 
 
 def parse_shape(text: str) -> Shape:
@@ -141,22 +133,15 @@ def bench(benchmark, fn: Callable[[], Any], device: torch.device, rounds: int = 
 def default_spec(name: str) -> tuple[str | None, str]:
     """(spec at default settings, skip reason) for registered compressor ``name``.
 
-    Wrappers get ``topk(ratio=0.1)`` as their inner compressor; compressors that need model
-    features (``requires``) or other required arguments are skipped with the reason.
+    Compressors that need model features (``requires``) or arguments without a default are
+    skipped with the reason; see ``compressors.registry.default_spec``.
     """
-    if name in DEFAULT_SPECS:
-        return DEFAULT_SPECS[name], ""
-    cls = get_class(name)
-    if cls.requires:
-        return None, f"{name} requires model features {sorted(cls.requires)}"
-    args = []
-    for pname, p in inspect.signature(cls.__init__).parameters.items():
-        if pname == "self" or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) or p.default is not p.empty:
-            continue
-        if not _wants_compressor(cls, pname):
-            return None, f"{name} needs construction argument {pname!r}; add it to DEFAULT_SPECS"
-        args.append(f"{pname}={NESTED_DEFAULT}")
-    return (f"{name}({', '.join(args)})" if args else name), ""
+    if get_class(name).requires:
+        return None, f"{name} requires model features {sorted(get_class(name).requires)}"
+    try:
+        return registry_default_spec(name), ""
+    except CompressorError as e:
+        return None, str(e)
 
 
 def main_role(comp: Compressor) -> TensorRole:

@@ -36,6 +36,7 @@ __all__ = [
     "canonical_spec",
     "available",
     "describe",
+    "default_spec",
     "get_class",
     "load_plugin",
     "discover",
@@ -178,6 +179,29 @@ def describe(name: str) -> dict[str, Any]:
         "differentiable": cls.differentiable,
         "module": cls.__module__,
     }
+
+
+NESTED_DEFAULT = "topk(ratio=0.1)"  # inner compressor of a wrapper at default settings
+
+
+def default_spec(name: str) -> str:
+    """The spec of ``name`` at its default settings: the bare name, or for a wrapper whose
+    required parameters take compressors, ``name(topk(ratio=0.1))`` (required parameters
+    come first in a signature, so they are given positionally).
+
+    Used wherever every registered compressor is exercised (generic tests, benchmarks), so a
+    new plugin is covered without editing a list. Raises :class:`CompressorError` when a
+    required parameter is not a compressor (there is no default to give it).
+    """
+    cls = get_class(name)
+    args = []
+    for pname, p in _params(cls).items():
+        if p.default is not inspect.Parameter.empty:
+            continue
+        if not _wants_compressor(cls, pname):
+            raise CompressorError(f"{name}: required parameter {pname!r} has no default; give a full spec")
+        args.append(NESTED_DEFAULT)
+    return f"{name}({', '.join(args)})" if args else name
 
 
 def source_hash(spec: str) -> str:

@@ -17,10 +17,7 @@ import torch
 
 import compressors
 from compressors import Compressor, CompressorError, TensorInfo, TensorRole, payload_nbytes
-from compressors.registry import _wants_compressor, get_class
-
-# Nested compressor used for wrappers that take one (ef, ef21, plugins alike).
-NESTED_DEFAULT = "topk(ratio=0.1)"
+from compressors.registry import default_spec, get_class
 
 # Specs for names whose bare name is not the configuration we want to test.
 DEFAULT_SPECS: dict[str, str] = {
@@ -68,14 +65,10 @@ def _default_spec(name: str) -> tuple[str | None, str]:
     cls = get_class(name)
     if cls.requires:
         return None, f"{name} requires model features {sorted(cls.requires)}; covered by its own tests"
-    args = []
-    for pname, p in inspect.signature(cls.__init__).parameters.items():
-        if pname == "self" or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) or p.default is not p.empty:
-            continue
-        if not _wants_compressor(cls, pname):
-            return None, f"{name} needs construction argument {pname!r}; add it to DEFAULT_SPECS"
-        args.append(f"{pname}={NESTED_DEFAULT}")
-    return (f"{name}({', '.join(args)})" if args else name), ""
+    try:
+        return default_spec(name), ""
+    except CompressorError as e:
+        return None, f"{e}; add it to DEFAULT_SPECS"
 
 
 def _cases(with_roles: bool = False) -> list:
