@@ -155,11 +155,16 @@ def _failure_line(run_dir: Path, log_path: Path, rc: int) -> str:
     lines = [f.read_text().strip() for f in errors]
     primary = [l for l in lines if not any(s in l for s in _SECONDARY)]
     log = log_path.read_text(errors="replace") if log_path.exists() else ""
-    root = re.search(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", log, re.S)
+    # torchrun lists every failed rank (root cause and others); a rank that left no Python
+    # error died from outside (signal, os._exit) and is the cause of its peers' transport errors,
+    # whichever failure torchrun happened to observe first. Prefer signals among those.
+    failed = re.findall(r"^\s+rank\s+:\s*(\d+)[^\n]*\n\s+exitcode\s+:\s*(-?\d+)", log, re.M)
+    silent = [(r, c) for r, c in failed if not any(l.startswith((f"rank {r} ", f"rank {r}:")) for l in lines)]
+    silent.sort(key=lambda rc: int(rc[1]) >= 0)
     if primary:
         msg = primary[0]
-    elif root and not any(l.startswith(f"rank {root.group(1)} ") or l.startswith(f"rank {root.group(1)}:") for l in lines):
-        r, code = root.groups()
+    elif silent:
+        r, code = silent[0]
         how = f"signal {-int(code)}" if int(code) < 0 else f"exit code {code}"
         msg = f"rank {r} died ({how}) without a Python error"
         if lines:
