@@ -64,3 +64,14 @@ def _processes_with_env(name: str, value: str) -> list[int]:
         if needle in env and state != "Z":  # zombies are dead already (awaiting their parent)
             out.append(int(entry.name))
     return out
+
+
+@pytest.fixture
+def restore_registry():
+    """Plugins a test imports register compressors: unregister them afterwards."""
+    from compressors import registry
+
+    saved = dict(registry._REGISTRY)
+    yield
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(saved)

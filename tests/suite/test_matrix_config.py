@@ -13,15 +13,7 @@ TINY = str(Path(__file__).resolve().parents[1] / "fixtures" / "tiny_task.py")
 BUILTIN_TASKS = ("cifar10", "sst2", "shakespeare")
 
 
-@pytest.fixture(autouse=True)
-def _restore_registry():
-    """Plugins these tests import register compressors: unregister them afterwards."""
-    from compressors import registry
-
-    saved = dict(registry._REGISTRY)
-    yield
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(saved)
+pytestmark = pytest.mark.usefixtures("restore_registry")
 
 
 def _write(tmp_path: Path, text: str) -> str:

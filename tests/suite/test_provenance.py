@@ -15,15 +15,7 @@ from suite.config import CellConfig, CompressionPlan
 from suite.record_builder import failed_record
 
 
-@pytest.fixture(autouse=True)
-def _restore_registry():
-    """Plugins these tests import register compressors: unregister them afterwards."""
-    from compressors import registry
-
-    saved = dict(registry._REGISTRY)
-    yield
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(saved)
+pytestmark = pytest.mark.usefixtures("restore_registry")
 
 
 @pytest.fixture(autouse=True)
