@@ -18,11 +18,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from fixtures.processes import processes_with_env  # noqa: F401  (re-exported for the tests)
 from suite.config import CellConfig, CompressionPlan
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -105,23 +105,6 @@ def run_in_process(config: CellConfig, tmp: Path) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- processes
-def processes_with_env(name: str, value: str) -> list[int]:
-    """Live (non-zombie) processes whose environment has ``name=value`` (Linux /proc)."""
-    needle = f"{name}={value}".encode()
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            env = (entry / "environ").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if needle in env and state not in ("Z", "X"):
-            out.append(int(entry.name))
-    return out
-
-
 def wait_until(cond: Callable[[], Any], timeout: float, every: float = 0.1) -> Any:
     """Poll ``cond`` until it returns something truthy (returned) or ``timeout`` passes (None)."""
     deadline = time.monotonic() + timeout

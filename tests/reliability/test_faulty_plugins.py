@@ -199,19 +199,6 @@ def test_faulty_cells_in_a_matrix_through_the_runner(faulty_registry, tmp_path, 
 
 
 # --------------------------------------------------------------------------- data-parallel path
-@pytest.fixture
-def world_of_one():
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialized in this process")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield dist.group.WORLD
-    finally:
-        dist.destroy_process_group()
-
-
 @pytest.mark.parametrize(
     "spec, reason",
     [

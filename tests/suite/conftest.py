@@ -6,7 +6,6 @@ with the runtime test plugins loaded; ``plan`` may be a spec string or a plan ma
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -42,36 +41,3 @@ def tiny_cell(tiny_task: str) -> Callable[..., CellConfig]:
         return CellConfig(task=task, plan=plan, plugins=(TINY_TASK, RUNTIME_PLUGINS, *plugins), **fields)
 
     return make
-
-
-@pytest.fixture
-def processes_with_env() -> Callable[[str, str], list[int]]:
-    """``find(name, value)``: pids of live processes whose environment has ``name=value``."""
-    return _processes_with_env
-
-
-def _processes_with_env(name: str, value: str) -> list[int]:
-    needle = f"{name}={value}".encode()
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            env = (entry / "environ").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if needle in env and state != "Z":  # zombies are dead already (awaiting their parent)
-            out.append(int(entry.name))
-    return out
-
-
-@pytest.fixture
-def restore_registry():
-    """Plugins a test imports register compressors: unregister them afterwards."""
-    from compressors import registry
-
-    saved = dict(registry._REGISTRY)
-    yield
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(saved)

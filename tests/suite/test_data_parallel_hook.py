@@ -16,17 +16,6 @@ from suite.data_parallel import CompressedReduce, wrap_stage
 from suite.timing import Clock
 
 
-@pytest.fixture
-def world_of_one():
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialized in this process")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield dist.group.WORLD
-    finally:
-        dist.destroy_process_group()
-
-
 def _hook(spec: str, meter: ByteMeter) -> CompressedReduce:
     return CompressedReduce(spec, stage=1, group=dist.group.WORLD, meter=meter, clock=Clock(torch.device("cpu")), seed=0)
 

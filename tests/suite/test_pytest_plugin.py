@@ -36,17 +36,6 @@ class Explode(Compressor):
 '''
 
 
-@pytest.fixture
-def restore_registry():
-    """The in-process runs import fault-injection plugins: unregister them afterwards."""
-    from compressors import registry
-
-    saved = dict(registry._REGISTRY)
-    yield
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(saved)
-
-
 def test_matrix_run_broken_plugin_and_resume(pytester, restore_registry, monkeypatch):
     """In-process pytest runs (each cell still runs in its own child process)."""
     if HOME:  # same environment as the other tests: the cells reuse the runner's fork server
