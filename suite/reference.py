@@ -16,6 +16,7 @@ import torch
 from tasks import build_task
 
 from .config import CellConfig
+from .precision import autocast
 from .trainer import resolve_device
 
 __all__ = ["UnsplitRun", "train_unsplit"]
@@ -37,6 +38,8 @@ def train_unsplit(config: CellConfig) -> UnsplitRun:
     M = cfg.microbatches or task.budget.microbatches
     torch.manual_seed(cfg.seed)
     stages = [m.to(device) for m in task.build_stages(cfg.n_stages)]
+    task.to_device(device)
+    dtype = task.budget.autocast_dtype
     optimizers = [task.make_optimizer(list(m.parameters())) for m in stages]
     schedulers = [task.make_scheduler(o) for o in optimizers]
     losses, walls = [], []
@@ -46,10 +49,11 @@ def train_unsplit(config: CellConfig) -> UnsplitRun:
         t0 = time.perf_counter()
         step_losses = []
         for mb in batch.to(device).split(M):
-            x = mb.inputs
-            for m in stages:
-                x = m(x, mb.inputs)
-            loss = task.loss(x, mb.targets)
+            with autocast(device, dtype):
+                x = mb.inputs
+                for m in stages:
+                    x = m(x, mb.inputs)
+                loss = task.loss(x, mb.targets)
             (loss / M).backward()
             step_losses.append(loss.detach())
         for o, s in zip(optimizers, schedulers):

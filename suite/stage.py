@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from tasks import Batch, Task
 
 from .boundary import Micro, ReceiverEnd, Received, SenderEnd, Sent, derive_seed
+from .precision import autocast
 from .timing import Clock
 
 __all__ = ["Stage", "GradSync", "NoSync"]
@@ -69,6 +70,7 @@ class Stage:
         downstream: SenderEnd | None = None,
         train_module: nn.Module | None = None,
         sync: GradSync | None = None,
+        autocast_dtype: torch.dtype | None = None,
     ) -> None:
         self.index = index
         self.is_last = index == n_stages - 1
@@ -81,6 +83,7 @@ class Stage:
         self.upstream = upstream
         self.downstream = downstream
         self.sync = sync or NoSync()
+        self.autocast_dtype = autocast_dtype  # bf16 tiers: forward + loss under torch.autocast
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: Any = None
         self.step_losses: list[Tensor] = []  # last stage: unscaled loss of each micro-batch
@@ -133,7 +136,7 @@ class Stage:
                 x, received = self.upstream.receive_activation(micro)
             else:
                 x, received = batch.inputs, None
-            with self.clock.section("compute"), self.sync.forward():
+            with self.clock.section("compute"), self.sync.forward(), autocast(self.device, self.autocast_dtype):
                 y = self.train_module(x, batch.inputs)
                 if self.is_last:
                     loss = self.task.loss(y, batch.targets)
@@ -188,9 +191,10 @@ class Stage:
                 x, _ = self.upstream.receive_activation(micro)
             else:
                 x = batch.inputs
-            y = self.module(x, batch.inputs)
-            if self.is_last:
-                return self.task.metric_sums(y, batch.targets)
+            with autocast(self.device, self.autocast_dtype):
+                y = self.module(x, batch.inputs)
+                if self.is_last:
+                    return self.task.metric_sums(y, batch.targets)
             assert self.downstream is not None
             self.downstream.send_activation(y, micro)
             return None

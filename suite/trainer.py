@@ -121,6 +121,7 @@ def train(
     if len(modules) != S:
         raise ConfigError(f"task {cfg.task!r} built {len(modules)} stages, expected {S}")
     features = task.model_features(modules)
+    task.to_device(device)  # tasks that can keep their data on the device build batches there
     meter = transport.meter
 
     # --- stages this process owns --------------------------------------------------------------
@@ -150,7 +151,7 @@ def train(
             s, S, module, task, device, clock, M, cfg.seed,
             upstream=end(ReceiverEnd, s - 1, s - 1) if s > 0 else None,
             downstream=end(SenderEnd, s, s + 1) if s < S - 1 else None,
-            train_module=train_module, sync=sync,
+            train_module=train_module, sync=sync, autocast_dtype=budget.autocast_dtype,
         )  # fmt: skip
         stage.optimizer = task.make_optimizer(stage.parameters())
         stage.scheduler = task.make_scheduler(stage.optimizer)
@@ -185,6 +186,8 @@ def train(
         for st in stages.values():
             st.finish_step()
         transport.flush()
+        if device.type == "cuda":  # the step ends when its kernels do (the clocks do not sync)
+            torch.cuda.synchronize(device)
         wall = time.perf_counter() - t0
         for st in stages.values():
             st.clock.snapshot(wall)

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import importlib
 
-from .api import TIERS, Batch, DataMissingError, Metric, Task, TaskError, TierBudget, default_data_dir
+from .api import PRECISIONS, TIERS, Batch, DataMissingError, Metric, Task, TaskError, TierBudget, default_data_dir
 
 __all__ = [
     "TIERS",
+    "PRECISIONS",
     "Batch",
     "DataMissingError",
     "Metric",

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 __all__ = [
     "TIERS",
+    "PRECISIONS",
     "Batch",
     "Metric",
     "TierBudget",
@@ -39,7 +40,11 @@ __all__ = [
     "default_data_dir",
 ]
 
-TIERS = ("smoke", "quick", "full")
+TIERS = ("smoke", "quick", "full", "gpu")
+"""Tier names in order of cost. ``gpu`` is the efficient single-GPU tier: real widths and data,
+bf16 autocast, data resident on the device (see docs/performance.md)."""
+
+PRECISIONS = ("fp32", "bf16")
 
 
 class TaskError(ValueError):
@@ -104,7 +109,9 @@ class TierBudget:
     data-parallel replica); microbatches: M for the schedule; eval_every: steps between
     evaluations (the curve); eval_samples: size of the evaluation subset (None = all);
     train_samples: size of the training subset (None = all); target: the quality target for
-    time-to-target in this tier; lr: peak learning rate.
+    time-to-target in this tier; lr: peak learning rate; precision: ``fp32``, or ``bf16`` for
+    bf16 autocast of every stage's forward (weights, optimizer and loss scaling stay fp32;
+    boundary activations and their gradients are then bf16, so raw bytes halve too).
     """
 
     steps: int
@@ -116,7 +123,17 @@ class TierBudget:
     eval_samples: int | None = None
     train_samples: int | None = None
     warmup_steps: int = 0
+    precision: str = "fp32"
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise TaskError(f"unknown precision {self.precision!r}; valid: {', '.join(PRECISIONS)}")
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The dtype stages run their forward in under ``torch.autocast``, or None (fp32)."""
+        return torch.bfloat16 if self.precision == "bf16" else None
 
 
 class Task(abc.ABC):
@@ -183,6 +200,14 @@ class Task(abc.ABC):
         return None
 
     # --- data ---------------------------------------------------------------------------
+    def to_device(self, device: torch.device) -> None:
+        """Produce batches on ``device`` from now on (called once by the runtime before training).
+
+        The default does nothing: batches are built on the CPU and the runtime moves each
+        one. A task whose data fits on the accelerator keeps it there and builds batches
+        (augmentation included) on the device, with the same values as on the CPU.
+        """
+
     @abc.abstractmethod
     def train_batches(self, dp_rank: int = 0, dp_size: int = 1) -> Iterator[Batch]:
         """Exactly ``budget.steps`` training batches of ``budget.batch_size``, in a fixed
@@ -206,6 +231,7 @@ class Task(abc.ABC):
             "eval_every": b.eval_every,
             "target": b.target,
             "lr": b.lr,
+            "precision": b.precision,
             "train_samples": b.train_samples,
             "eval_samples": b.eval_samples,
             "features": sorted(self.enabled_features),

@@ -82,6 +82,12 @@ class Shakespeare(Task):
                            eval_samples=None, train_samples=None, warmup_steps=100,
                            extra={"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "dropout": 0.2,
                                   "subspace_rank": 48}),
+        # one GPU, fast: the full tier's model for 2000 steps, bf16 autocast. Target not yet
+        # calibrated on a GPU (docs/performance.md).
+        "gpu": TierBudget(steps=2_000, batch_size=64, microbatches=4, eval_every=250, target=1.70, lr=1e-3,
+                          eval_samples=None, train_samples=None, warmup_steps=100, precision="bf16",
+                          extra={"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "dropout": 0.2,
+                                 "subspace_rank": 48}),
     }
 
     def __init__(self, tier="smoke", seed=0, data_dir=None, features=frozenset()) -> None:

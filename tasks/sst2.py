@@ -220,6 +220,11 @@ class Sst2(Task):
         # published setting: the whole training set for 3 epochs at batch 32, full dev set
         "full": TierBudget(steps=6_315, batch_size=32, microbatches=4, eval_every=500, target=0.88, lr=5e-5,
                            eval_samples=None, train_samples=None, warmup_steps=380, extra={"max_len": 64}),
+        # one GPU, fast: all 6 layers, one epoch of the training set at batch 64, bf16 autocast,
+        # full dev set. Target not yet calibrated on a GPU (docs/performance.md).
+        "gpu": TierBudget(steps=1_052, batch_size=64, microbatches=4, eval_every=263, target=0.85, lr=1e-4,
+                          eval_samples=None, train_samples=None, warmup_steps=100, precision="bf16",
+                          extra={"max_len": 64, "eval_batch_size": 512}),
     }
 
     def __init__(self, tier="smoke", seed=0, data_dir=None, features=frozenset(), model: str | None = None) -> None:

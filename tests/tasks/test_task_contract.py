@@ -12,7 +12,7 @@ import pytest
 import torch
 from _taskdata import require_data, task_params
 
-from tasks import Batch, Task, TaskError, available_tasks, build_task, get_task_class
+from tasks import PRECISIONS, TIERS, Batch, Task, TaskError, available_tasks, build_task, get_task_class
 
 TASKS = task_params(available_tasks())
 
@@ -141,3 +141,25 @@ def test_unknown_tier_and_feature_are_refused(name):
         build_task(name, tier="huge")
     with pytest.raises(TaskError, match="cannot provide"):
         build_task(name, features={"no_such_feature"})
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_every_tier_is_a_valid_budget(name):
+    cls = get_task_class(name)
+    assert set(cls.tiers) <= set(TIERS), f"{name}: tiers {sorted(cls.tiers)} outside {TIERS}"
+    for tier, b in cls.tiers.items():
+        assert b.precision in PRECISIONS
+        assert b.batch_size % b.microbatches == 0, f"{name} {tier}: M does not divide the batch"
+        assert 0 < b.eval_every <= b.steps and 0 <= b.warmup_steps < b.steps
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", TASKS)
+def test_batches_built_on_cuda_equal_cpu_batches(name):
+    cpu, gpu = _task(name), _task(name)
+    gpu.to_device(torch.device("cuda"))
+    for a, b in zip(list(cpu.train_batches()) + list(cpu.eval_batches()), list(gpu.train_batches()) + list(gpu.eval_batches())):
+        b = b.to("cpu")
+        assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
+        assert torch.equal(a.sample_ids, b.sample_ids)

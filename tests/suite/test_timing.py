@@ -1,0 +1,110 @@
+"""suite.timing.Clock: exclusive section times, on the host clock and with (fake) device events.
+
+A fake clock drives both modes, so the arithmetic is checked exactly, without sleeping.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from suite import timing
+from suite.timing import CLOCK_ENV, Clock
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeEvent:
+    """A CUDA-event stand-in: records the fake time; counts synchronizations."""
+
+    syncs = 0
+
+    def __init__(self, clock: FakeTime) -> None:
+        self.clock, self.t = clock, None
+
+    def record(self) -> None:
+        self.t = self.clock.now
+
+    def synchronize(self) -> None:
+        FakeEvent.syncs += 1
+
+    def elapsed_time(self, end: "FakeEvent") -> float:
+        return (end.t - self.t) * 1000.0  # milliseconds, like torch.cuda.Event
+
+
+def _nested_step(clock: Clock, t: FakeTime) -> None:
+    """compute 1.0 s, of which a nested compress 0.25 s containing comm 0.1 s; optimizer 0.5 s."""
+    with clock.section("compute"):
+        t.now += 0.5
+        with clock.section("compress"):
+            t.now += 0.15
+            with clock.section("comm"):
+                t.now += 0.1
+        t.now += 0.25
+    with clock.section("optimizer"):
+        t.now += 0.5
+
+
+EXPECTED = {"compute": 0.75, "compress": 0.15, "comm": 0.1, "optimizer": 0.5, "step": 1.5}
+
+
+def test_host_clock_charges_exclusive_time(monkeypatch):
+    t = FakeTime()
+    monkeypatch.setattr(timing.time, "perf_counter", t)
+    clock = Clock(torch.device("cpu"))
+    assert not clock.uses_events
+    _nested_step(clock, t)
+    row = clock.snapshot(1.5)
+    assert row == pytest.approx(EXPECTED)
+    assert clock.counts == {"compute": 1, "compress": 1, "comm": 1, "optimizer": 1}
+
+
+def test_event_clock_resolves_once_per_step_with_the_same_split():
+    t = FakeTime()
+    FakeEvent.syncs = 0
+    clock = Clock(torch.device("cpu"), event_factory=lambda: FakeEvent(t))
+    assert clock.uses_events
+    for _ in range(3):
+        _nested_step(clock, t)
+        assert not clock.current  # nothing resolved before the step ends: no synchronization
+        assert clock.snapshot(1.5) == pytest.approx(EXPECTED)
+    assert FakeEvent.syncs == 3  # one per step, not one per section
+    assert len(clock._free) == 8  # events are reused after resolution
+
+
+def test_event_clock_discard_drops_evaluation_sections():
+    t = FakeTime()
+    clock = Clock(torch.device("cpu"), event_factory=lambda: FakeEvent(t))
+    _nested_step(clock, t)
+    clock.discard()
+    with clock.section("comm"):
+        t.now += 2.0
+    assert clock.snapshot(2.0)["comm"] == pytest.approx(2.0)
+
+
+def test_unknown_clock_mode_is_refused(monkeypatch):
+    monkeypatch.setenv(CLOCK_ENV, "fast")
+    with pytest.raises(ValueError, match="valid values are events, sync"):
+        Clock(torch.device("cpu"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_event_clock_times_kernels_in_their_section():
+    dev = torch.device("cuda")
+    x = torch.randn(4096, 4096, device=dev)
+    clock = Clock(dev)
+    assert clock.uses_events
+    with clock.section("compute"):
+        for _ in range(20):
+            x = x @ x.T / 4096
+    with clock.section("comm"):
+        pass
+    row = clock.snapshot(0.0)
+    assert row["compute"] > 10 * row["comm"] > 0

@@ -1,0 +1,55 @@
+"""CIFAR-10 specifics: the gpu tier's layout options give the same numbers as the plain path."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from _taskdata import require_data
+
+from tasks import build_task
+
+pytestmark = pytest.mark.data
+
+
+def _smoke(**extra):
+    require_data("cifar10")
+    task = build_task("cifar10", tier="smoke")
+    task.budget = replace(task.budget, extra={**task.budget.extra, **extra})
+    return task
+
+
+def test_channels_last_batches_and_stages_compute_the_same():
+    plain, nhwc = _smoke(), _smoke(channels_last=True)
+    a, b = next(iter(plain.train_batches())), next(iter(nhwc.train_batches()))
+    assert b.inputs.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
+    e = next(iter(nhwc.eval_batches()))
+    assert e.inputs.is_contiguous(memory_format=torch.channels_last)
+    torch.manual_seed(0)
+    s_plain, s_nhwc = plain.build_stages(4), nhwc.build_stages(4)
+    assert s_nhwc[0].layers[0].weight.is_contiguous(memory_format=torch.channels_last)
+    x, y = a.inputs, b.inputs
+    for p, q in zip(s_plain, s_nhwc):
+        x, y = p(x, a.inputs), q(y, b.inputs)
+    torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4)
+
+
+def test_resident_pool_serves_the_training_set_rows():
+    task = _smoke()
+    images, labels, row = task._pool()
+    pool = (row >= 0).nonzero().flatten()
+    assert len(pool) == images.shape[0] == task.budget.train_samples
+    i = int(pool[7])
+    assert torch.equal(images[row[i]], torch.from_numpy(task.data["train_x"][i].copy()))
+    assert int(labels[row[i]]) == int(task.data["train_y"][i])
+
+
+def test_gpu_tier_is_the_fast_recipe():
+    from tasks.cifar10 import Cifar10
+
+    b = Cifar10.tiers["gpu"]
+    assert b.precision == "bf16" and b.target == 0.93 and b.extra["width"] == 64
+    assert b.extra["channels_last"] and b.eval_samples is None and b.train_samples is None
+    assert b.steps * b.batch_size >= 14 * 50_000  # ~15 epochs
