@@ -19,8 +19,8 @@ Clock: both runs time their steps with ``time.perf_counter``. On CPU with the de
 shared machine. On CUDA the wall clock is kept (kernels run asynchronously).
 
 Cases: ``tiny`` (a 16-32-32-32-4 MLP: compute is microseconds, so the ratio exposes the
-runtime's fixed per-message cost), CIFAR-10 ResNet-18 at the quick tier's quarter width on
-CPU (skipped without the data set), and the full-width network on CUDA when present.
+runtime's fixed per-message cost), CIFAR-10 ResNet-18 at the quick tier's eighth width on
+CPU (skipped without the data set), and the gpu tier's full-width network on CUDA when present.
 """
 
 from __future__ import annotations
@@ -61,7 +61,9 @@ class OverheadCase:
 CASES = [
     OverheadCase("tiny-4stage", "cpu", dict(task="tiny", tier="quick", stages=4, schedule="1f1b", plugins=(TINY_TASK,))),
     OverheadCase("cifar10-quick-4stage", "cpu", dict(task="cifar10", tier="quick", stages=4, schedule="1f1b", steps=8)),
-    OverheadCase("cifar10-full-4stage", "cuda", dict(task="cifar10", tier="full", stages=4, schedule="1f1b", steps=40)),
+    # the gpu tier: full-width ResNet-18, batch 512 in 4 micro-batches, bf16 autocast, channels_last,
+    # data on the GPU (both sides), 40 steps
+    OverheadCase("cifar10-gpu-4stage", "cuda", dict(task="cifar10", tier="gpu", stages=4, schedule="1f1b", steps=40)),
 ]
 VARIANTS = ("unsplit", "pipeline_none")
 _UNSPLIT_STEP_S: dict[str, float] = {}

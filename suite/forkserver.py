@@ -38,7 +38,7 @@ import threading
 import time
 from typing import Any, Callable
 
-__all__ = ["ForkServer", "Child", "PRELOAD", "get_server", "shutdown"]
+__all__ = ["ForkServer", "Child", "PRELOAD", "get_server", "shutdown", "fork_unsafe_reason"]
 
 # imported once by the server; a module that fails to import is skipped (its cells will say why).
 # A request can name more (the cell's task module, e.g. tasks.sst2 -> transformers): imported
@@ -259,9 +259,23 @@ def _child_main(req: dict[str, Any], entry: Callable[[list[str]], int]) -> None:
         os._exit(code if isinstance(code, int) else 1)
 
 
+def fork_unsafe_reason() -> str | None:
+    """Why forking this process now would hand children a broken state, or None.
+
+    A CUDA context does not survive ``fork()``: a child of a process that initialized CUDA
+    fails at its first CUDA call. Nothing the server imports should initialize it, but a
+    task module or plugin preloaded on request could; the runner then spawns instead."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "CUDA was initialized in the fork server (by a preloaded module); a forked cell could not use the GPU"
+    return None
+
+
 def serve(runner: int) -> None:
     """The server loop: preload, then fork one child per request until the runner goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # torch.cuda.is_available() through NVML: it does not initialize the CUDA driver in the server
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     for name in PRELOAD:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
@@ -295,6 +309,10 @@ def serve(runner: int) -> None:
                     if name not in sys.modules:
                         with contextlib.suppress(Exception):
                             importlib.import_module(name)
+                unsafe = fork_unsafe_reason()
+                if unsafe:
+                    _send({"error": unsafe})
+                    continue
                 sys.stdout.flush()
                 sys.stderr.flush()
                 pid = os.fork()

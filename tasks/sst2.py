@@ -79,7 +79,7 @@ def _pretrained(model: str) -> nn.Module:
 
     logging.disable_progress_bar()
     try:
-        encoder = AutoModel.from_pretrained(model)
+        encoder = AutoModel.from_pretrained(model, dtype=torch.float32)  # fp32 master weights whatever the file holds
     except OSError as e:
         raise DataMissingError(f"task 'sst2': cannot load pretrained model {model!r} ({e}); set MPCBENCH_SST2_MODEL to a local folder or a reachable hub id") from None
     if not (hasattr(encoder, "embeddings") and hasattr(getattr(encoder, "encoder", None), "layer")):

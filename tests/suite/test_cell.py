@@ -274,3 +274,15 @@ def test_spawn_isolation_without_the_fork_server(tmp_path, monkeypatch):
     assert rec["status"] == "failed" and rec["error"] == "ValueError: bad value second line of the message"
     log = Path(rec["log"]).read_text()
     assert "Traceback" in log and "fork server" not in log
+
+
+def test_fork_server_refuses_to_fork_after_cuda_initialized(monkeypatch):
+    """A forked child of a CUDA-initialized process cannot use the GPU: the server says so
+    (the runner then spawns the cell) instead of handing out a broken child."""
+    import torch
+
+    from suite.forkserver import fork_unsafe_reason
+
+    assert fork_unsafe_reason() is None  # the test process never touched CUDA
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert "CUDA was initialized" in fork_unsafe_reason()
