@@ -2,7 +2,7 @@
 
 * TopK keeps the largest-magnitude values (Aji & Heafield 2017, "Sparse Communication for
   Distributed Gradient Descent"; Stich et al. 2018, "Sparsified SGD with Memory").
-* RandomK keeps values at indices drawn from the shared seed, so only values travel
+* RandomK keeps values at positions hashed from the shared seed, so only values travel
   (Wangni et al. 2018, "Gradient Sparsification for Communication-Efficient Distributed
   Optimization"; Stich et al. 2018).
 * Threshold estimates the top-ratio magnitude threshold from a random sample and keeps
@@ -39,16 +39,20 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from ..api import Compressor, CompressorError, Payload, TensorInfo
 from ..registry import check_range, register
-from ._common import device_generator, require_finite
-from ._fast import abs_ge, nonzero_1d
+from ._common import counter_key, device_generator, hash32, hash32_numpy, require_finite
+from ._fast import abs_ge, fused, nonzero_1d
 from .bitpack import pack, pack_wide, packed_nbytes, unpack, unpack_wide
 
-__all__ = ["TopK", "RandomK", "Threshold", "topk_positions", "encode_positions", "decode_into", "BITMAP", "DELTA"]
+__all__ = [
+    "TopK", "RandomK", "Threshold", "topk_positions", "stratum_positions", "encode_positions", "decode_into",
+    "BITMAP", "DELTA",
+]  # fmt: skip
 
 BITMAP, DELTA = 0, 1
 _SALT_RANDOMK = 0x52
@@ -195,19 +199,53 @@ class TopK(Compressor):
         return decode_into(values, index, tag, info.numel).reshape(info.shape).to(info.dtype)
 
 
+@fused
+def stratum_positions(start: Tensor, size: Tensor, key_lo: int, key_hi: int) -> Tensor:
+    """``start[i] + (hash32(i) * size[i] >> 32)`` for each stratum ``i``: (k,) int64.
+
+    ``start``, ``size``: (k,) int64 strata (``0 < size < 2**31``, so the product of the
+    32-bit hash and the size stays below 2**63). Exact integer operations only: the compiled
+    twin (CUDA) runs them as one kernel; on CPU they run in NumPy on uint32 (wrapping, so
+    no masks, and half as wide as int64 tensors); all three give the same result.
+    """
+    if start.device.type == "cpu" and not torch.compiler.is_compiling():
+        h = hash32_numpy(np.arange(start.numel(), dtype=np.uint32), key_lo, key_hi).astype(np.uint64)
+        h *= size.numpy().view(np.uint64)  # sizes are positive: same bits as int64
+        h >>= np.uint64(32)
+        return torch.from_numpy(h.view(np.int64)).add_(start)
+    h = hash32(torch.arange(start.numel(), device=start.device), key_lo, key_hi)  # (k,) in [0, 2**32)
+    return h.mul_(size).bitwise_right_shift_(32).add_(start)
+
+
 @register("randomk")
 class RandomK(Compressor):
     """RandomK (Stich et al. 2018; Wangni et al. 2018): values at seeded positions, no index bytes.
 
-    ``k = ceil(ratio * numel)`` values at positions drawn from ``info.seed`` (on CPU, so
-    identical on every device). Positions are a jittered grid: the flattened tensor is cut into ``k`` strata of
-    ``numel / k`` (rounded) consecutive elements and one uniformly random position is drawn
-    in each. Every element is kept with probability ``k / numel`` as in uniform rand-k, the
-    cost is ``k`` random draws instead of a ``numel``-long permutation (80 ms on CPU at
-    0.5 M elements), and coverage is more even. ``unbiased=true`` scales each kept value
-    by its stratum size (exactly unbiased, high variance); the default ``false`` sends
-    values unscaled (a contraction, ``E||x - C(x)||^2 = (1 - k/n) ||x||^2``, what ``ef``
-    expects). Linear: replicas with the same seed pick the same positions, so payloads sum.
+    ``k = ceil(ratio * numel)`` values at positions that are a function of ``numel``, ``k``
+    and ``info.seed`` only (which the runtime derives from the run seed, boundary, role, step
+    and micro-batch; for DDP gradients from the run seed, stage, bucket and step), computed
+    on the tensor's own device: no host generator, no host-to-device copy, and the same
+    positions on every device (CPU, any GPU), so sender and receiver agree wherever they run.
+
+    Selection: a jittered grid. The flattened tensor is cut into ``k`` strata, stratum ``i``
+    being ``[i * n // k, (i + 1) * n // k)`` (``size_i`` = ``floor(n/k)`` or ``ceil(n/k)``
+    elements), and one position is drawn in each::
+
+        key  = counter_key(info.seed, 0x52)                 # 64-bit, Python ints on the host
+        h_i  = counter_hash(key, i)                         # 32-bit, on the device (_common)
+        pos_i = i * n // k + (h_i * size_i >> 32)           # multiply-shift into [0, size_i)
+
+    ``h_i`` behaves as uniform on ``[0, 2**32)`` and independent across strata and seeds
+    (tested: chi-square of keep counts over seeds, neighbour correlation), so each offset in
+    a stratum has probability within ``size_i / 2**32`` (relative) of ``1 / size_i``
+    (``size_i`` <= ~1e6 at ``ratio >= 1e-6``), and every element is kept with
+    probability ``k / n`` as in uniform rand-k, up to the rounding of stratum sizes
+    (``1 / floor(n/k)`` or ``1 / ceil(n/k)``). The cost is ``k`` hashes instead of an
+    ``n``-long permutation (80 ms on CPU at 0.5 M elements), and coverage is more even.
+    ``unbiased=true`` scales each kept value by its stratum size (exactly unbiased, high
+    variance); the default ``false`` sends values unscaled (a contraction,
+    ``E||x - C(x)||^2 = (1 - k/n) ||x||^2``, what ``ef`` expects). Linear: replicas with
+    the same seed pick the same positions, so payloads sum.
     Payload: ``(values (k,) in the input dtype,)``.
     """
 
@@ -218,31 +256,33 @@ class RandomK(Compressor):
         if not isinstance(unbiased, bool):
             raise CompressorError(f"randomk: parameter unbiased={unbiased!r} must be true or false")
         self.unbiased = unbiased
-        self._strata_cache: dict[tuple[int, int], tuple[Tensor, Tensor, Tensor]] = {}
+        self._strata_cache: dict[tuple[int, int, torch.device], tuple[Tensor, Tensor]] = {}
 
-    _STRATA_CACHE = 4  # (numel, k) layouts kept per instance (one per tensor shape in practice)
+    _STRATA_CACHE = 4  # (numel, k, device) layouts kept per instance (one per tensor shape in practice)
 
-    def _strata(self, n: int, k: int) -> tuple[Tensor, Tensor, Tensor]:
-        """(start, size, size - 1) of the k strata of n elements, (k,) int64 each, cached:
-        they do not depend on the seed and the int64 division costs more than the draws."""
+    def _strata(self, n: int, k: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """(start, size) of the k strata of n elements, (k,) int64 each on ``device``, cached:
+        they do not depend on the seed and the int64 division costs more than the hashes."""
         cache = self._strata_cache
-        if (n, k) not in cache:
+        if (n, k, device) not in cache:
+            # k <= 2**32 keeps stratum indices distinct in the 32-bit counter (k is at most
+            # numel, and 2**32 kept values is 16 GB of fp32: not reachable in practice);
+            # ratio >= 1e-6 bounds strata at ~1e6 elements, far below the 2**31 that the
+            # multiply-shift needs.
+            if k > 1 << 32 or (k and -(-n // k) >= 1 << 31):
+                raise CompressorError(f"randomk: {k} strata of {n} elements are out of the supported range")
             if len(cache) >= self._STRATA_CACHE:
                 cache.clear()
-            edges = torch.arange(k + 1, dtype=torch.int64) * n // max(k, 1)  # (k+1,)
-            size = torch.diff(edges)  # (k,), sizes floor(n/k) or ceil(n/k)
-            cache[(n, k)] = (edges[:-1], size, size - 1)
-        return cache[(n, k)]
+            edges = torch.arange(k + 1, dtype=torch.int64, device=device) * n // max(k, 1)  # (k+1,)
+            cache[(n, k, device)] = (edges[:-1], torch.diff(edges))  # sizes floor(n/k) or ceil(n/k)
+        return cache[(n, k, device)]
 
     def _positions(self, info: TensorInfo, device: torch.device) -> tuple[Tensor, Tensor]:
-        """(k,) int64 positions, one per stratum, and (k,) stratum sizes."""
+        """(k,) int64 positions on ``device``, one per stratum, and (k,) stratum sizes."""
         n = info.numel
-        k = _count(self.ratio, n)
-        start, size, last = self._strata(n, k)
-        # k draws on CPU: bit-identical for sender and receiver on any device or GPU model
-        u = torch.rand(k, generator=info.generator(_SALT_RANDOMK), dtype=torch.float64)
-        offset = torch.minimum(u.mul_(size).long(), last)
-        return offset.add_(start).to(device, non_blocking=True), size.to(device, non_blocking=True)
+        start, size = self._strata(n, _count(self.ratio, n), device)
+        key = counter_key(info.seed, _SALT_RANDOMK)
+        return stratum_positions(start, size, key & 0xFFFFFFFF, key >> 32), size
 
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:
         require_finite(x, info, self.name, summary=x.detach().sum())  # NaN/Inf propagate to the sum

@@ -13,7 +13,7 @@ import torch
 from compressors import TensorInfo, TensorRole, build
 from compressors.builtins import _fast, sparsification
 from compressors.builtins._fast import Fused, abs_ge, dequant, fp8_decode, nonzero_1d, quant_codes, row_minmax
-from compressors.builtins.sparsification import Threshold, TopK, topk_positions
+from compressors.builtins.sparsification import Threshold, TopK, stratum_positions, topk_positions
 
 
 def _reference_topk(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -142,6 +142,7 @@ def _kernel_cases(device: torch.device):
     step = (hi - lo) / 255
     codes = torch.randint(0, 256, (64, 1000), generator=g, dtype=torch.uint8).to(device)
     thr = torch.tensor(0.8, device=device)
+    edges = torch.arange(302, device=device) * 1003 // 301  # randomk's strata: sizes 3 and 4
     return [
         (abs_ge, (x, thr)),
         (abs_ge, (x.bfloat16(), thr.bfloat16())),
@@ -150,6 +151,7 @@ def _kernel_cases(device: torch.device):
         (dequant, (codes, lo, step, torch.float32)),
         (dequant, (codes, lo, step, torch.bfloat16)),
         (fp8_decode, (codes, torch.tensor([0.25], device=device), torch.float32)),
+        (stratum_positions, (edges[:-1], torch.diff(edges), 0x9E3779B9, 0xFFFFFFFF)),
     ]
 
 

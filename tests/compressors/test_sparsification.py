@@ -8,12 +8,14 @@ import pytest
 import torch
 
 import compressors
-from compressors import TensorInfo, TensorRole, payload_nbytes
+from compressors import CompressorError, TensorInfo, TensorRole, payload_nbytes
+from compressors.builtins._common import counter_hash, counter_key, hash32
 from compressors.builtins.sparsification import (
     BITMAP,
     DELTA,
     RandomK,
     Threshold,
+    stratum_positions,
     TopK,
     decode_into,
     encode_positions,
@@ -162,6 +164,125 @@ def test_randomk_handles_sizes_not_divisible_by_k():
     x = _randn(1003)
     p, y = _rt(RandomK(ratio=0.3), x)
     assert p[0].numel() == math.ceil(0.3 * 1003) and int((y != 0).sum()) == p[0].numel()
+
+
+_M32 = 0xFFFFFFFF
+
+
+def _fmix32(x: int) -> int:
+    """murmur3's 32-bit finalizer on a Python int (the reference for the tensor version)."""
+    x ^= x >> 16
+    x = (x * 0x85EBCA6B) & _M32
+    x ^= x >> 13
+    x = (x * 0xC2B2AE35) & _M32
+    return x ^ (x >> 16)
+
+
+def _reference_hash(key: int, counter: int) -> int:
+    """counter_hash's documented formula on Python integers (arbitrary precision: no overflow)."""
+    x = ((counter & _M32) * 0x9E3779B9 + (key & _M32)) & _M32
+    return _fmix32(_fmix32(x) ^ (key >> 32))
+
+
+def _reference_positions(seed: int, n: int, k: int) -> list[int]:
+    """RandomK's documented selection on Python integers."""
+    key = counter_key(seed, 0x52)
+    return [i * n // k + ((_reference_hash(key, i) * ((i + 1) * n // k - i * n // k)) >> 32) for i in range(k)]
+
+
+def _randomk_positions(c: RandomK, n: int, seed: int, device: str = "cpu") -> torch.Tensor:
+    x = torch.zeros(n, device=device)
+    return c._positions(_info(x, seed), x.device)[0]
+
+
+def test_counter_hash_matches_the_python_reference():
+    """Only exact integer ops: equal to the formula on Python ints, hence on every device."""
+    assert _fmix32(1) == 0x514E28B7 and _fmix32(0) == 0  # murmur3 fmix32 known values
+    counters = [0, 1, 2, 3, 77, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**32 + 5, 2**40 + 7]
+    keys = [0, 1, _M32, 2**64 - 1, counter_key(0), counter_key(12345, 0x52), counter_key(2**63 - 1, 7)]
+    for key in keys:
+        want = [_reference_hash(key, c) for c in counters]
+        got = counter_hash(key, torch.tensor(counters))  # CPU: the NumPy uint32 twin
+        assert got.dtype == torch.int64 and got.tolist() == want, key
+        assert torch.equal(counter_hash(key, torch.tensor(counters)), got)  # deterministic
+        assert hash32(torch.tensor(counters), key & _M32, key >> 32).tolist() == want  # the CUDA path, on CPU
+    assert all(0 <= counter_key(s, t) < 2**64 for s in (0, 1, 2**63 - 1, -5) for t in (0, 0x52))
+    assert len({counter_key(s, 0x52) for s in range(1000)}) == 1000
+
+
+@pytest.mark.parametrize("n, ratio", [(1000, 0.1), (1003, 0.3), (4097, 0.01), (10, 1.0), (7, 0.5)])
+def test_randomk_positions_follow_the_documented_formula_one_per_stratum(n, ratio):
+    c = RandomK(ratio=ratio)
+    k = math.ceil(ratio * n - 1e-9)
+    for seed in (0, 1, 2**62 + 3):
+        pos = _randomk_positions(c, n, seed)
+        assert pos.tolist() == _reference_positions(seed, n, k)
+        stratum = torch.arange(k)
+        assert bool(((pos >= stratum * n // k) & (pos < (stratum + 1) * n // k)).all())  # inside stratum i
+
+
+def test_stratum_positions_int64_path_equals_the_numpy_path(monkeypatch):
+    """The int64 tensor path (CUDA eager, compiled twins) run on CPU gives the NumPy path's positions."""
+    edges = torch.arange(1_000_001) * 10_000_019 // 1_000_000  # strata of 10 and 11
+    key = counter_key(77, 0x52)
+    args = (edges[:-1], torch.diff(edges), key & _M32, key >> 32)
+    numpy_path = stratum_positions.eager(*args)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)  # selects the tensor path
+    assert torch.equal(stratum_positions.eager(*args), numpy_path)
+
+
+def test_randomk_keeps_each_element_with_probability_k_over_n():
+    """Chi-square over 3000 seeds: each offset in a stratum is uniform, strata are independent."""
+    n, k, seeds = 1003, 301, 3000  # strata of 3 and 4 elements
+    c = RandomK(ratio=0.3)
+    pos = torch.stack([_randomk_positions(c, n, s) for s in range(seeds)])  # (seeds, k)
+    start = torch.arange(k) * n // k
+    size = (torch.arange(1, k + 1) * n // k - start).double()
+    hits = torch.bincount(pos.reshape(-1), minlength=n).double()  # (n,) times each element was kept
+    expected = (seeds / size).repeat_interleave(size.long())  # (n,) seeds * P(element kept)
+    chi2 = float(((hits - expected) ** 2 / expected).sum())
+    dof = float((size - 1).sum())  # 702
+    assert abs(chi2 - dof) < 6 * math.sqrt(2 * dof), (chi2, dof)  # chi2 ~ dof +- sqrt(2 dof)
+    assert float((hits / seeds - 1 / size.repeat_interleave(size.long())).abs().max()) < 0.05
+    # neighbouring strata draw independently: offsets (in units of the stratum) uncorrelated
+    u = ((pos - start).double() + 0.5) / size  # (seeds, k) in (0, 1)
+    r = torch.corrcoef(torch.stack([u[:, :-1].reshape(-1), u[:, 1:].reshape(-1)]))[0, 1]
+    assert abs(float(r)) < 0.02
+
+
+def test_randomk_positions_depend_on_the_seed_only():
+    n = 10_000
+    a, b = RandomK(ratio=0.05), RandomK(ratio=0.05)  # two instances: sender and receiver
+    assert torch.equal(_randomk_positions(a, n, 11), _randomk_positions(b, n, 11))
+    assert torch.equal(_randomk_positions(a, n, 11), _randomk_positions(a, n, 11))  # cached strata
+    others = [_randomk_positions(a, n, s) for s in (12, 13, 2**40)]
+    base = _randomk_positions(a, n, 11)
+    for p in others:
+        assert float((p == base).double().mean()) < 0.2  # strata of 20: ~5% coincide by chance
+
+
+def test_randomk_refuses_strata_beyond_the_32_bit_counter():
+    with pytest.raises(CompressorError, match="randomk: .* out of the supported range"):
+        RandomK(ratio=1.0)._strata(2**33, 2**33, torch.device("cpu"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("compile_mode", ["auto", "0"])  # compiled twin on CUDA, and eager
+def test_randomk_positions_on_cuda_equal_cpu_bit_for_bit(monkeypatch, compile_mode):
+    monkeypatch.setenv("MPCBENCH_COMPILE", compile_mode)
+    for n, ratio in [(1003, 0.3), (3 * 2**20 + 17, 0.1), (8 * 2048 * 2048, 0.1)]:
+        c = RandomK(ratio=ratio)
+        for seed in (0, 5, 2**63 - 1):
+            cuda = _randomk_positions(c, n, seed, "cuda")
+            assert cuda.device.type == "cuda"
+            assert torch.equal(cuda.cpu(), _randomk_positions(c, n, seed)), (n, seed)
+    x = _randn(8, 64, 256, seed=9)
+    info = _info(x, seed=5)
+    cpu = RandomK(ratio=0.1, unbiased=True).compress(x, info)[0]
+    xc = x.cuda()
+    gpu = RandomK(ratio=0.1, unbiased=True).compress(xc, _info(xc, seed=5))[0]
+    assert torch.equal(gpu.cpu(), cpu)
 
 
 # --------------------------------------------------------------------------- threshold
