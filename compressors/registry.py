@@ -11,21 +11,31 @@ Bare words (``row``, ``stochastic``) are strings; numbers, ``true``/``false`` an
 strings work as expected. A parameter annotated as :class:`Compressor` takes a nested spec.
 Third-party plugins register themselves when their module is imported; installed packages
 are discovered through the entry-point group ``mpcbench.compressors``.
+
+Plugins are imported in the runner while it plans the matrix, outside every cell's time
+limit, so each import runs under a deadline (``MPCBENCH_PLUGIN_IMPORT_TIMEOUT_S``, default
+60 s, 0 = none): a plugin that hangs at import fails like one that raises, with one line.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
 import inspect
+import math
+import os
+import signal
 import sys
+import threading
+import time
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 from .api import Compressor, CompressorError
 
@@ -43,10 +53,16 @@ __all__ = [
     "plugin_errors",
     "source_hash",
     "ENTRY_POINT_GROUP",
+    "IMPORT_TIMEOUT_ENV",
+    "DEFAULT_IMPORT_TIMEOUT_S",
+    "PluginImportTimeout",
+    "import_timeout_s",
     "Spec",
 ]
 
 ENTRY_POINT_GROUP = "mpcbench.compressors"
+IMPORT_TIMEOUT_ENV = "MPCBENCH_PLUGIN_IMPORT_TIMEOUT_S"
+DEFAULT_IMPORT_TIMEOUT_S = 60.0
 
 _REGISTRY: dict[str, type[Compressor]] = {}
 _PLUGIN_ERRORS: dict[str, str] = {}  # entry-point name -> one-line import error
@@ -83,6 +99,71 @@ def _qualname(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+# --------------------------------------------------------------------------- import deadline
+class PluginImportTimeout(BaseException):
+    """A plugin's import passed its deadline. Raised inside the plugin's module code; a
+    BaseException so that the plugin's own ``except Exception`` cannot swallow it (it is
+    converted to a one-line :class:`CompressorError` by :func:`load_plugin` / :func:`discover`)."""
+
+
+def import_timeout_s() -> float | None:
+    """The per-plugin import deadline in seconds from ``MPCBENCH_PLUGIN_IMPORT_TIMEOUT_S``
+    (default 60; ``0``: no limit, returned as None). A malformed value raises CompressorError."""
+    raw = os.environ.get(IMPORT_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_IMPORT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise CompressorError(f"{IMPORT_TIMEOUT_ENV}={raw!r} must be a number of seconds >= 0 (0: no limit)")
+    return value or None
+
+
+@contextlib.contextmanager
+def _import_deadline(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`PluginImportTimeout` in the block once ``seconds`` have passed.
+
+    SIGALRM with ``signal.setitimer``, so only in the main thread of a process that has it:
+    elsewhere (another thread, no setitimer) the block runs WITHOUT a limit. The alarm repeats
+    every second after the deadline, so a plugin that swallows the first one (a bare
+    ``except:``) is interrupted again. An alarm timer that was already armed (e.g. by
+    pytest-timeout) is respected: if it expires first this adds nothing; otherwise it is
+    re-armed with its remaining time afterwards, with its handler. Code blocked inside a C
+    call that ignores signals cannot be interrupted.
+    """
+    if (
+        not seconds
+        or not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        yield
+        return
+    outer_delay, outer_interval = signal.getitimer(signal.ITIMER_REAL)
+    if outer_delay and outer_delay <= seconds:
+        yield  # the outer deadline comes first anyway
+        return
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise PluginImportTimeout(
+            f"import did not finish within {seconds:g} s (a plugin must not block at import time: move slow "
+            f"work out of module level, or raise {IMPORT_TIMEOUT_ENV})"
+        )
+
+    outer_handler = signal.signal(signal.SIGALRM, on_alarm)
+    start = time.monotonic()
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, outer_handler if outer_handler is not None else signal.SIG_DFL)
+        if outer_delay:
+            left = max(outer_delay - (time.monotonic() - start), 1e-3)
+            signal.setitimer(signal.ITIMER_REAL, left, outer_interval)
+
+
 # --------------------------------------------------------------------------- discovery
 def _ensure_builtins() -> None:
     importlib.import_module("compressors.builtins")
@@ -91,18 +172,21 @@ def _ensure_builtins() -> None:
 def discover() -> dict[str, str]:
     """Import built-ins and every installed plugin in the ``mpcbench.compressors`` group.
 
-    A plugin that fails to import does not break discovery: its error is kept (see
+    A plugin that fails to import (or does not finish importing within
+    :func:`import_timeout_s`) does not break discovery: its error is kept (see
     :func:`plugin_errors`) and surfaces when a spec names it. Returns the errors.
     """
     global _DISCOVERED
     _ensure_builtins()
     if _DISCOVERED:
         return dict(_PLUGIN_ERRORS)
+    timeout = import_timeout_s()
     _DISCOVERED = True
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
-            obj = ep.load()
-        except Exception as e:  # noqa: BLE001 - a broken plugin must not break the rest
+            with _import_deadline(timeout):
+                obj = ep.load()
+        except (Exception, PluginImportTimeout) as e:  # noqa: BLE001 - a broken plugin must not break the rest
             _PLUGIN_ERRORS[ep.name] = f"plugin {ep.name!r} ({ep.value}) failed to import: {_one_line(e)}"
             continue
         if isinstance(obj, type) and issubclass(obj, Compressor) and obj not in _REGISTRY.values():
@@ -122,25 +206,31 @@ def plugin_errors() -> dict[str, str]:
 def load_plugin(target: str) -> None:
     """Import a plugin given as a module name (``my_pkg.my_comp``) or a ``.py`` file path.
 
-    Its ``@register`` decorators run on import. Errors are re-raised as
-    :class:`CompressorError` with a one-line reason.
+    Its ``@register`` decorators run on import. Errors, and an import still running after
+    :func:`import_timeout_s` seconds (see :func:`_import_deadline`; no limit outside the main
+    thread), are re-raised as :class:`CompressorError` with a one-line reason naming the plugin.
     """
+    timeout = import_timeout_s()
+    mod_name = None
     try:
-        if target.endswith(".py") or "/" in target:
-            path = Path(target).resolve()
-            if not path.exists():
-                raise FileNotFoundError(f"no such file: {path}")
-            mod_name = "mpcbench_plugin_" + hashlib.sha1(str(path).encode()).hexdigest()[:10]
-            spec = importlib.util.spec_from_file_location(mod_name, path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[mod_name] = module
-            spec.loader.exec_module(module)
-        else:
-            importlib.import_module(target)
+        with _import_deadline(timeout):
+            if target.endswith(".py") or "/" in target:
+                path = Path(target).resolve()
+                if not path.exists():
+                    raise FileNotFoundError(f"no such file: {path}")
+                mod_name = "mpcbench_plugin_" + hashlib.sha1(str(path).encode()).hexdigest()[:10]
+                spec = importlib.util.spec_from_file_location(mod_name, path)
+                assert spec is not None and spec.loader is not None
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[mod_name] = module
+                spec.loader.exec_module(module)
+            else:
+                importlib.import_module(target)
     except CompressorError:
         raise
-    except Exception as e:  # noqa: BLE001
+    except (Exception, PluginImportTimeout) as e:  # noqa: BLE001
+        if mod_name is not None:
+            sys.modules.pop(mod_name, None)  # a half-run module is not imported (as with `import`)
         raise CompressorError(f"plugin {target!r} failed to import: {_one_line(e)}") from e
 
 

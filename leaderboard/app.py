@@ -25,7 +25,7 @@ from leaderboard import ranking
 from leaderboard.submissions import Problem, load_all
 
 REPO = Path(__file__).resolve().parents[1]
-TIER_ORDER = ("smoke", "quick", "full")
+TIER_ORDER = ("smoke", "quick", "gpu", "full")
 DIRECTION_LABELS = {
     "total": "all directions",
     "forward": "forward (activations)",
@@ -185,6 +185,12 @@ def main(argv: list[str] | None = None) -> None:
     metric = next((m for m in ranked["metric_name"] if m), "quality")
     higher = bool(ranked["higher_is_better"].iloc[0])
     st.subheader("Ranking")
+    warned = int((ranked["n_warnings"] > 0).sum()) if "n_warnings" in ranked else 0
+    if warned:  # our own text and a count only: the warning texts are record text (see Entry details)
+        st.warning(
+            f"{warned} entr{'y has' if warned == 1 else 'ies have'} warnings in their records (column 'warnings'); "
+            "pick the entry under 'Entry details' to read them."
+        )
     st.text(
         f"task: {task}    tier: {tier}    metric: {metric} ({'higher' if higher else 'lower'} is better)    "
         f"network: {network or '-'}    direction: {DIRECTION_LABELS[direction]}"
@@ -223,7 +229,21 @@ def main(argv: list[str] | None = None) -> None:
     pick = st.selectbox("Entry", list(labels), key="detail")
     if pick:
         e, c = labels[pick]
-        st.json(ranking.entry_detail(frame, task, tier, e, c), expanded=1)
+        detail = ranking.entry_detail(frame, task, tier, e, c)
+        # warnings (e.g. payloads larger than the raw tensors) are record text: a data table, never markdown
+        warnings = detail.get("warnings") or []
+        if warnings:
+            st.text(f"Warnings in this entry's records ({len(warnings)}):")
+            st.dataframe(
+                pd.DataFrame(warnings, columns=["seed", "warning"]),
+                hide_index=True,
+                width="stretch",
+                key="detail_warnings",
+                column_config={"warning": st.column_config.TextColumn(width="large")},
+            )
+        else:
+            st.text("No warnings in this entry's records.")
+        st.json(detail, expanded=1)
 
     with st.expander("All aggregated columns"):
         st.dataframe(ranked.drop(columns=["seeds"], errors="ignore"), hide_index=True, width="stretch")

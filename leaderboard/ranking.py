@@ -66,6 +66,19 @@ def _str(v: Any) -> str:
     return v if isinstance(v, str) else ("" if v is None else str(v))
 
 
+MAX_WARNINGS = 100  # per record; a record is bounded anyway, this keeps one record from flooding the page
+
+
+def _warning_list(v: Any) -> list[str]:
+    """A record's ``warnings`` as a list of one-line strings (None or a missing field: none).
+
+    Records come from strangers, so anything that is not a list of strings is coerced: a bare
+    string is one warning, other items are shown via ``str``; never more than MAX_WARNINGS.
+    """
+    items = [v] if isinstance(v, str) else (v if isinstance(v, list) else [])
+    return [" ".join(_str(w).split()) for w in items[:MAX_WARNINGS] if _str(w).strip()]
+
+
 def to_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """One row per record, flattened for pandas.
 
@@ -85,6 +98,8 @@ def to_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     - time: measured ``step_s, compute_s, compress_s, comm_s, total_train_s, wall_s``;
       modeled ``time_to_target_s@<profile>`` (NaN: target not reached) and ``total_s@<profile>``
       for every network profile present in any record.
+    - ``warnings`` (list of one-line strings, e.g. a payload larger than the raw tensor; see
+      ``suite.record_builder.expansion_warnings``) and ``n_warnings`` (its length).
     - run / provenance: ``spec_forward, spec_backward, spec_dp, n_stages, dp, microbatches,
       schedule, steps, mode, device, git_commit, git_dirty, mpcbench_version, plugin_hash,
       torch, cuda, gpu, cpu``.
@@ -112,7 +127,7 @@ _BASE_COLUMNS = [
     "task", "tier", "compressor", "seed", "status", "error", "metric_name", "higher_is_better",
     "final_metric", "final_metric_uncompressed", "target", "reached_target_step",
     *[f"{k}_{d}" for k in ("raw_bytes", "wire_bytes", "ratio", "bytes_per_step") for d in BYTE_DIRECTIONS],
-    "step_s", "compute_s", "compress_s", "comm_s", "total_train_s", "wall_s", "latest",
+    "step_s", "compute_s", "compress_s", "comm_s", "total_train_s", "wall_s", "warnings", "n_warnings", "latest",
 ]  # fmt: skip
 
 
@@ -144,7 +159,9 @@ def _flatten(r: dict[str, Any]) -> dict[str, Any]:
         "final_metric_uncompressed": _num(r.get("final_metric_uncompressed")) if ok else math.nan,
         "target": _num(r.get("target")),
         "reached_target_step": _num(r.get("reached_target_step")),
+        "warnings": _warning_list(r.get("warnings")),
     }
+    row["n_warnings"] = len(row["warnings"])
     # bytes: ratios are recomputed from the measured counts, never taken from the record's claim
     counts = _dict(r.get("bytes"))
     raw_total = wire_total = 0.0
@@ -273,6 +290,8 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
       ``total_train_s``, ``wall_s``, ``total_s@<profile>``.
     - ``time_to_target_s@<profile>``: mean over the seeds that reached the target (NaN if
       none did) and ``reached@<profile>``: the fraction of ok seeds that reached it.
+    - ``n_warnings``: warning lines over the seeds' records (all statuses), ``warned_seeds``:
+      how many seeds have at least one.
     - ``submitter``, ``entry_name``, ``plugin_hash``, ``spec_<dir>`` (first non-empty).
     """
     profiles = network_profiles(frame)
@@ -291,6 +310,8 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
         row.update(
             n=len(vals),
             n_failed=int((g["status"] != "ok").sum()),
+            n_warnings=int(g["n_warnings"].sum()) if "n_warnings" in g else 0,
+            warned_seeds=int((g["n_warnings"] > 0).sum()) if "n_warnings" in g else 0,
             seeds=sorted(int(s) for s in ok["seed"]),
             metric_name=_first(ok["metric_name"].replace("", np.nan)) or _first(g["metric_name"].replace("", np.nan)) or "",
             higher_is_better=bool(_first(ok["higher_is_better"]) if len(ok) else True),
@@ -525,22 +546,25 @@ def curve_frame(frame: pd.DataFrame, selection: Iterable[tuple[str, str]] | None
 
 def entry_detail(frame: pd.DataFrame, task: str, tier: str, entry: str, compressor: str) -> dict[str, Any]:
     """Everything about one leaderboard row, JSON-able: entry info, specs, provenance, config,
-    and the per-seed results (for the detail view and ``mpcbench report``)."""
+    the per-seed results, and ``warnings``: ``{"seed", "warning"}`` for every warning line of
+    the latest records (the ones the ranking counts), for the detail view."""
     g = frame[(frame["task"] == task) & (frame["tier"] == tier) & (frame["entry"] == entry)
               & (frame["compressor"] == compressor)]  # fmt: skip
     if g.empty:
         return {}
     g = g.sort_values("seed")
     last = g[g["latest"]].iloc[-1] if g["latest"].any() else g.iloc[-1]
-    seeds = []
+    seeds, warned = [], []
     for r in g.itertuples(index=False):
+        if r.latest:
+            warned += [{"seed": r.seed, "warning": w} for w in r.warnings]
         seeds.append(
             {
                 "seed": r.seed, "status": r.status, "error": r.error or None, "latest": bool(r.latest),
                 "final_metric": None if math.isnan(r.final_metric) else r.final_metric,
                 "ratio_total": None if math.isnan(r.ratio_total) else round(r.ratio_total, 4),
                 "step_s": None if math.isnan(r.step_s) else r.step_s,
-                "record_id": r.record_id, "created": r.created,
+                "warnings": list(r.warnings), "record_id": r.record_id, "created": r.created,
             }
         )  # fmt: skip
     return {
@@ -555,6 +579,7 @@ def entry_detail(frame: pd.DataFrame, task: str, tier: str, entry: str, compress
         "provenance": last["provenance"],
         "config": last["config"],
         "seeds": seeds,
+        "warnings": warned,
     }
 
 
@@ -578,7 +603,9 @@ def display_table(ranked: pd.DataFrame, *, network: str | None = None, direction
     quality ``mean ± std (n)``, delta with significance marker, compression ratio per direction
     (``-``: nothing sent that way) and for ``direction``, wire bytes per step, measured step and
     train time, modeled time-to-target at ``network`` with how many seeds reached the target,
-    and the number of failed seeds (column left out when none failed)."""
+    the number of failed seeds and ``warnings`` (``⚠ N``: N warning lines in the entry's
+    records, e.g. payloads larger than the raw tensors; each column left out when no row has
+    any)."""
     rows = []
     names = [n for n in ranked.get("metric_name", pd.Series(dtype=str)) if n]
     metric_header = names[0] if names else "quality"
@@ -614,8 +641,12 @@ def display_table(ranked: pd.DataFrame, *, network: str | None = None, direction
             row["failed"] = str(r["n_failed"])
         else:
             row["failed"] = ""
+        n_warn = r.get("n_warnings")
+        n_warn = int(n_warn) if isinstance(n_warn, (int, float)) and not math.isnan(n_warn) else 0
+        row["warnings"] = f"⚠ {n_warn}" if n_warn else ""
         rows.append(row)
     table = pd.DataFrame(rows)
-    if "failed" in table and not table["failed"].astype(bool).any():
-        table = table.drop(columns="failed")  # no failures here: no empty column
+    for col in ("failed", "warnings"):
+        if col in table and not table[col].astype(bool).any():
+            table = table.drop(columns=col)  # nothing to flag here: no empty column
     return table

@@ -48,7 +48,16 @@ from .accounting import boundary_key
 from .timing import Clock
 from .transport import Transport
 
-__all__ = ["Micro", "SenderEnd", "ReceiverEnd", "derive_seed", "GRAD_DTYPES", "CONSISTENCY_ENV", "consistency_check_enabled"]
+__all__ = [
+    "Micro",
+    "SenderEnd",
+    "ReceiverEnd",
+    "derive_seed",
+    "GRAD_DTYPES",
+    "CONSISTENCY_ENV",
+    "consistency_check_enabled",
+    "consistency_check",
+]
 
 GRAD_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 CONSISTENCY_ENV = "MPCBENCH_CHECK_CONSISTENCY"  # "1": debug mode, see _End.twins
@@ -57,6 +66,27 @@ CONSISTENCY_ENV = "MPCBENCH_CHECK_CONSISTENCY"  # "1": debug mode, see _End.twin
 def consistency_check_enabled() -> bool:
     """Whether ``MPCBENCH_CHECK_CONSISTENCY`` asks for the sender/receiver consistency check."""
     return os.environ.get(CONSISTENCY_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+@contextmanager
+def consistency_check(enabled: bool) -> Iterator[None]:
+    """Turn the check on for the block when ``enabled`` (``CellConfig.check_consistency``).
+
+    Through the environment variable, so that every process the run starts (torchrun and its
+    stage workers) inherits it; restored afterwards. ``enabled=False`` leaves the variable as
+    the user set it (the variable alone still turns the check on)."""
+    if not enabled or consistency_check_enabled():
+        yield
+        return
+    old = os.environ.get(CONSISTENCY_ENV)
+    os.environ[CONSISTENCY_ENV] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(CONSISTENCY_ENV, None)
+        else:
+            os.environ[CONSISTENCY_ENV] = old
 
 
 def derive_seed(*parts: object) -> int:
@@ -186,7 +216,7 @@ class _End:
         self.device = device
         self.seed = seed
         self.clock = clock
-        # Debug mode (MPCBENCH_CHECK_CONSISTENCY=1, no extra traffic): every decompress is
+        # Debug mode (--check-consistency / MPCBENCH_CHECK_CONSISTENCY=1, no extra traffic): every decompress is
         # repeated by a twin instance of the same spec, built and run under another global RNG
         # state and fed the very same payloads. A decoder that depends only on its payloads,
         # info and its own history (the plugin contract) decodes identically; one that draws
@@ -260,6 +290,9 @@ class SenderEnd(_End):
 
     def send_activation(self, y: Tensor, micro: Micro) -> Sent:
         comp = self.fwd if micro.compressed else self.plain_fwd
+        # channels_last (or otherwise strided) activations are made contiguous once here:
+        # compressors flatten with reshape(-1), which would copy inside every one of them
+        y = y.contiguous()
         info = self.info(TensorRole.ACTIVATION, micro, y.shape, y.dtype)
         diff = self.differentiable(micro)
         with self.clock.section("compress"):
@@ -320,7 +353,7 @@ class ReceiverEnd(_End):
         if received.differentiable:
             g = torch.cat([t.reshape(-1).to(received.dtype) for t in grads]) if grads else torch.zeros(0, device=self.device)
         else:
-            g = grads[0]
+            g = grads[0].contiguous()  # a channels_last activation's gradient is channels_last too
         comp = self.bwd if micro.compressed else self.plain_bwd
         info = self.info(TensorRole.ACTIVATION_GRAD, micro, g.shape, g.dtype)
         with self.clock.section("compress"), torch.no_grad():

@@ -157,11 +157,12 @@ def _selection(args: argparse.Namespace):
         cell_timeout_s=args.cell_timeout,
         baseline=not args.no_baseline,
         matrix_path=args.matrix,
+        check_consistency=args.check_consistency,
     )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .matrix import plan_cells
+    from .matrix import MatrixError, missing_device, plan_cells
     from .runner import run_cells
     from .store import ResultsStore
 
@@ -170,9 +171,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     runnable = [c for c in cells if c.runnable]
     done = store.done_keys()
     todo = [c for c in runnable if c.config.key() not in done]
+    if not args.dry_run and (missing := next((m for c in todo if (m := missing_device(c))), None)):
+        raise MatrixError(missing)
     print(
         f"mpcbench: tier {args.tier}: {len(cells)} cells ({len(todo)} to run, {len(runnable) - len(todo)} already in "
-        f"store, {len(cells) - len(runnable)} not applicable or broken) -> {store.path}",
+        f"store, {len(cells) - len(runnable)} not applicable or broken) -> {store.path}"
+        + ("; sender/receiver consistency check on" if args.check_consistency else ""),
         file=sys.stderr,
     )
     if args.dry_run:
@@ -336,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("run", help="run one cell or a matrix into the results store")
-    p.add_argument("--tier", default="smoke", help="smoke, quick or full (default smoke)")
+    p.add_argument("--tier", default="smoke", help="smoke, quick, gpu or full (default smoke)")
     p.add_argument("--task", action="append", default=[], help="only this task (repeatable; default: the tier's)")
     p.add_argument("--compressor", action="append", default=[], help="spec used forward and backward (repeatable); "
                    "replaces the tier's compressor list (the 'none' baseline is added)")  # fmt: skip
@@ -345,7 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dp", default=None, help="data-parallel gradient spec (needs --dp-size >= 2)")
     p.add_argument("--seeds", default=None, help="seed count (3 = 0,1,2), list (0,4) or range (2:5); default: the tier's")
     p.add_argument("--mode", default="single", choices=["single", "torchrun"], help="one process, or one per stage via torchrun")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
+    p.add_argument("--device", default=None, choices=["cpu", "cuda", "auto"],
+                   help="where cells train (default: the tier's device setting, cpu unless the tier says cuda)")
     p.add_argument("--stages", type=int, default=None, help="pipeline stages (default: the task's)")
     p.add_argument("--dp-size", type=int, default=None, help="data-parallel replicas")
     p.add_argument("--schedule", default=None, choices=["gpipe", "1f1b"])
@@ -357,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cell-timeout", type=float, default=None, help="per-cell time limit in seconds (default: the tier's)")
     p.add_argument("--no-baseline", action="store_true", help="with --compressor/--forward: do not add the 'none' baseline")
     p.add_argument("--matrix", default=None, help="matrix YAML (default suite/matrix.yaml)")
+    p.add_argument("--check-consistency", action="store_true", help="debug a plugin: every boundary decodes each "
+                   "payload twice (a twin receiver under another RNG state) and fails the cell if they differ; "
+                   "same as MPCBENCH_CHECK_CONSISTENCY=1; cells already in the store are still skipped")  # fmt: skip
     p.add_argument("--dry-run", action="store_true", help="list the cells and their state, run nothing")
     p.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
     p.set_defaults(func=cmd_run)

@@ -148,6 +148,9 @@ class CellConfig:
         data_dir: where the task reads its data (not part of the cell's identity).
         time_limit_s: a cell running longer fails with a timeout (not part of identity).
         comm_timeout_s: a stalled peer fails the run after this many seconds.
+        check_consistency: debug mode, the sender/receiver consistency check at every boundary
+            (``suite.boundary``; ``mpcbench run --check-consistency``). A check, not a different
+            measurement: not part of the identity, so it does not change the cell key.
     """
 
     task: str
@@ -167,9 +170,10 @@ class CellConfig:
     data_dir: str | None = None
     time_limit_s: float | None = None
     comm_timeout_s: float = 120.0
+    check_consistency: bool = False
 
     # fields that do not change what is measured: excluded from the cell key
-    _NON_IDENTITY = ("data_dir", "time_limit_s", "comm_timeout_s")
+    _NON_IDENTITY = ("data_dir", "time_limit_s", "comm_timeout_s", "check_consistency")
 
     def validate(self) -> "CellConfig":
         """Check names and ranges; return the config with canonical compressor specs."""
@@ -209,6 +213,8 @@ class CellConfig:
                 f"microbatches={m} does not divide the {self.tier} batch size {budget.batch_size} of task "
                 f"{self.task!r}; pick a divisor of {budget.batch_size}"
             )
+        if not isinstance(self.check_consistency, bool):
+            raise ConfigError(f"check_consistency={self.check_consistency!r} must be true or false")
         if self.steps is not None and (not isinstance(self.steps, int) or self.steps < 1):
             raise ConfigError(f"steps={self.steps!r} must be an integer >= 1")
         for b, _, _ in self.plan.per_boundary:

@@ -45,6 +45,7 @@ __all__ = [
     "load_matrix",
     "parse_seeds",
     "plan_cells",
+    "missing_device",
 ]
 
 MATRIX_PATH = Path(__file__).with_name("matrix.yaml")
@@ -59,6 +60,7 @@ SETTING_KEYS = {
     "compress_warmup_steps": "compress_warmup_steps",
     "eval_uncompressed": "eval_uncompressed",
     "steps": "steps",
+    "device": "device",  # a tier's default device (the gpu tier: cuda); --device overrides it
 }
 TIER_KEYS = ("description", "tasks", "seeds", "compressors", "cell_timeout_s", "settings")
 
@@ -264,7 +266,7 @@ class Selection:
     dp: str | None = None
     seeds: tuple[int, ...] | None = None
     mode: str = "single"
-    device: str = "cpu"
+    device: str | None = None  # None: the tier's device setting, else cpu
     stages: int | None = None
     dp_size: int | None = None
     schedule: str | None = None
@@ -275,6 +277,7 @@ class Selection:
     cell_timeout_s: float | None = None
     baseline: bool = True
     matrix_path: str | None = None
+    check_consistency: bool = False  # debug check of every boundary (not part of the cell key)
 
 
 @dataclass(frozen=True)
@@ -479,6 +482,7 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
                 ("schedule", sel.schedule),
                 ("microbatches", sel.microbatches),
                 ("steps", sel.steps),
+                ("device", sel.device),
             ):
                 if v is not None:
                     settings[k] = v
@@ -491,10 +495,10 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
                     seed=seed,
                     plan=entry.plan,
                     mode=mode,
-                    device=sel.device,
                     plugins=needed,
                     data_dir=sel.data_dir,
                     time_limit_s=timeout,
+                    check_consistency=sel.check_consistency,
                     **settings,
                 )
                 if broken:
@@ -536,3 +540,17 @@ def _with_test_ids(cells: list[PlannedCell]) -> list[PlannedCell]:
             tid = f"{tid}-{c.config.key()[:8]}"
         out.append(replace(c, test_id=tid))
     return out
+
+
+def missing_device(cell: PlannedCell) -> str | None:
+    """Why ``cell`` cannot run on this machine's hardware (it wants CUDA and there is none), or None.
+
+    Checked by the runners before starting cells, so a GPU tier on a CPU-only machine gives
+    one clear line instead of one failed record per cell."""
+    if cell.config.device != "cuda":
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return f"tier {cell.config.tier} runs on cuda but no CUDA device is available here; pass --device cpu to run it on the CPU (slowly)"

@@ -19,7 +19,15 @@ from typing import Any
 
 from .config import CellConfig
 
-__all__ = ["provenance", "git_info", "machine_info", "plugin_hashes", "mpcbench_version", "REPO_ROOT"]
+__all__ = [
+    "provenance",
+    "consistency_check_on",
+    "git_info",
+    "machine_info",
+    "plugin_hashes",
+    "mpcbench_version",
+    "REPO_ROOT",
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,8 +52,12 @@ def git_info() -> dict[str, Any]:
 
     Dirty means tracked files differ from the commit or untracked, non-ignored files exist
     (a new plugin file counts). No git, or not a checkout (installed from a wheel): None.
+    A copy of a checkout without ``.git`` (e.g. the tree sent to a borrowed GPU machine) can
+    name its commit in ``$MPCBENCH_GIT_COMMIT``; dirtiness is then unknown (None).
     """
     commit = _git("rev-parse", "HEAD")
+    if commit is None and os.environ.get("MPCBENCH_GIT_COMMIT"):
+        return {"git_commit": os.environ["MPCBENCH_GIT_COMMIT"].strip(), "git_dirty": None}
     if not commit:
         return {"git_commit": None, "git_dirty": None}
     status = _git("status", "--porcelain", "--untracked-files=normal")
@@ -140,12 +152,22 @@ def plugin_hashes(config: CellConfig) -> dict[str, str | None]:
     return out
 
 
+def consistency_check_on(config: CellConfig) -> bool:
+    """Whether the cell runs with the sender/receiver consistency check (``--check-consistency``
+    sets ``config.check_consistency``; ``MPCBENCH_CHECK_CONSISTENCY=1`` in the environment too)."""
+    from .boundary import consistency_check_enabled
+
+    return bool(config.check_consistency) or consistency_check_enabled()
+
+
 def provenance(config: CellConfig) -> dict[str, Any]:
-    """The ``provenance`` block of a record."""
+    """The ``provenance`` block of a record (``consistency_check``: whether the debug check of
+    ``suite.boundary`` was on, by flag or environment)."""
     return {
         **git_info(),
         "mpcbench_version": mpcbench_version(),
         "plugin_hashes": plugin_hashes(config),
         "machine": machine_info(),
         "argv": " ".join(sys.argv)[:1000],
+        "consistency_check": consistency_check_on(config),
     }

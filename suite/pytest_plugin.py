@@ -26,7 +26,7 @@ __all__ = ["selection_from_pytest", "OPTIONS"]
 
 # (name, dest, kwargs)
 OPTIONS: list[tuple[str, str, dict[str, Any]]] = [
-    ("--tier", "mpcbench_tier", dict(default="smoke", help="matrix tier: smoke, quick or full (default smoke)")),
+    ("--tier", "mpcbench_tier", dict(default="smoke", help="matrix tier: smoke, quick, gpu or full (default smoke)")),
     ("--task", "mpcbench_tasks", dict(action="append", default=[], help="run only this task (repeatable); may name a plugin's task")),
     (
         "--compressor",
@@ -44,6 +44,7 @@ OPTIONS: list[tuple[str, str, dict[str, Any]]] = [
     ("--stages", "mpcbench_stages", dict(default=None, type=int, help="pipeline stages (default: the task's)")),
     ("--steps", "mpcbench_steps", dict(default=None, type=int, help="override the tier's step count")),
     ("--seeds", "mpcbench_seeds", dict(default=None, help="seed count (3 = 0,1,2), list (0,4) or range (2:5); default: the tier's")),
+    ("--device", "mpcbench_device", dict(default=None, choices=["cpu", "cuda", "auto"], help="where cells train (default: the tier's device, cpu unless the tier says cuda)")),
     ("--mode", "mpcbench_mode", dict(default="single", choices=["single", "torchrun"], help="single process or one process per stage via torchrun")),
     ("--results", "mpcbench_results", dict(default="results/store.jsonl", help="results store (JSON Lines; default results/store.jsonl)")),
     ("--plugin", "mpcbench_plugins", dict(action="append", default=[], help="plugin module or .py file to import (repeatable)")),
@@ -51,6 +52,16 @@ OPTIONS: list[tuple[str, str, dict[str, Any]]] = [
     ("--cell-timeout", "mpcbench_cell_timeout", dict(default=None, type=float, help="per-cell time limit in seconds (default: the tier's)")),
     ("--no-baseline", "mpcbench_no_baseline", dict(action="store_true", default=False, help="with --compressor: do not add the 'none' baseline")),
     ("--matrix", "mpcbench_matrix", dict(default=None, help="matrix YAML (default suite/matrix.yaml)")),
+    (
+        "--check-consistency",
+        "mpcbench_check_consistency",
+        dict(
+            action="store_true",
+            default=False,
+            help="debug a plugin: a twin receiver re-decodes every payload and the cell fails if the two differ "
+            "(same as MPCBENCH_CHECK_CONSISTENCY=1; not part of the cell key)",
+        ),
+    ),
 ]
 
 
@@ -95,6 +106,7 @@ def selection_from_pytest(config: pytest.Config):
         dp=opt.mpcbench_dp,
         seeds=seeds,
         mode=opt.mpcbench_mode,
+        device=opt.mpcbench_device,
         stages=opt.mpcbench_stages,
         dp_size=opt.mpcbench_dp_size,
         steps=opt.mpcbench_steps,
@@ -103,6 +115,7 @@ def selection_from_pytest(config: pytest.Config):
         cell_timeout_s=opt.mpcbench_cell_timeout,
         baseline=not opt.mpcbench_no_baseline,
         matrix_path=str(base / opt.mpcbench_matrix) if opt.mpcbench_matrix else None,
+        check_consistency=opt.mpcbench_check_consistency,
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 
 from .accounting import ByteMeter
+from .boundary import consistency_check
 from .config import CellConfig, ConfigError
 from .errors import RunError, RunTimeout
 from .result import RunResult
@@ -26,14 +27,18 @@ __all__ = ["run", "run_single", "preflight", "RunError", "RunTimeout"]
 
 
 def run(config: CellConfig) -> RunResult:
-    """Validate ``config`` and train the cell it describes; return what was measured."""
+    """Validate ``config`` and train the cell it describes; return what was measured.
+
+    ``config.check_consistency`` turns on the boundaries' sender/receiver consistency check for
+    this run (and the torchrun workers it starts)."""
     cfg = config.validate()
     preflight(cfg)
-    if cfg.mode == "single":
-        return run_single(cfg)
-    from .launch import launch
+    with consistency_check(cfg.check_consistency):
+        if cfg.mode == "single":
+            return run_single(cfg)
+        from .launch import launch
 
-    return launch(cfg)
+        return launch(cfg)
 
 
 def preflight(cfg: CellConfig) -> None:

@@ -2,9 +2,10 @@
 
 One test per cell (parametrized by ``suite.pytest_plugin``). A cell
 
-- is skipped when its compressor does not apply to the task (reason given), or when the
-  results store already holds an ``ok`` record with the same cell key ("already in store":
-  rerunning an interrupted matrix finishes only the missing cells);
+- is skipped when its compressor does not apply to the task (reason given), when it needs
+  a GPU the machine does not have, or when the results store already holds an ``ok`` record
+  with the same cell key ("already in store": rerunning an interrupted matrix finishes only
+  the missing cells);
 - otherwise runs in an isolated child process (``suite.cell.run_cell``) timed by
   pytest-benchmark (one round, one iteration: a training run is not a microbenchmark), and
   its record is appended to the store whatever happened;
@@ -20,6 +21,7 @@ from __future__ import annotations
 import pytest
 
 from suite.cell import run_cell
+from suite.matrix import missing_device
 from suite.runner import ALREADY_IN_STORE, summarize_record
 
 
@@ -27,6 +29,8 @@ def test_cell(mpcbench_cell, mpcbench_store, benchmark) -> None:
     cell = mpcbench_cell
     if cell.skip is not None:
         pytest.skip(cell.skip)
+    if (missing := missing_device(cell)) is not None:
+        pytest.skip(missing)
     if cell.config.key() in mpcbench_store.done_keys():
         pytest.skip(ALREADY_IN_STORE)
     benchmark.extra_info["cell_id"] = cell.config.cell_id

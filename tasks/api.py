@@ -40,7 +40,7 @@ __all__ = [
     "default_data_dir",
 ]
 
-TIERS = ("smoke", "quick", "full", "gpu")
+TIERS = ("smoke", "quick", "gpu", "full")
 """Tier names in order of cost. ``gpu`` is the efficient single-GPU tier: real widths and data,
 bf16 autocast, data resident on the device (see docs/performance.md)."""
 

@@ -115,3 +115,36 @@ def test_results_store_source(monkeypatch, tmp_path, lb):
     at = _app(monkeypatch, results=store)
     table = _ranking(at)
     assert set(table.entry) == {"local"} and "perplexity" in table.columns
+
+
+def test_record_warnings_are_flagged_in_the_table_and_listed_in_the_detail(monkeypatch, tmp_path, lb):
+    """A record's ``warnings`` (here: payloads larger than the raw tensors, and hostile text)
+    show up as a per-entry count in the ranking and as plain text rows in the entry's detail."""
+    warn = "forward: compressed payloads are larger than the raw tensors (wire 800 B > raw 200 B, ratio 0.25x)"
+    recs = lb.make_records(tasks=("cifar10",), compressors=("none", "fp16"))
+    for r in recs:
+        if r["compressor"] == "fp16" and r["seed"] < 2:
+            r["warnings"] = [warn, "backward: " + lb.HOSTILE_NAME]
+    at = _app(monkeypatch, results=lb.write_jsonl(tmp_path / "store.jsonl", recs))
+    table = _ranking(at)
+    assert dict(zip(table.compressor, table.warnings)) == {"none": "", "fp16": "⚠ 4"}
+    assert any("1 entry has warnings in their records" in w.value for w in at.warning)
+
+    def detail_warnings():
+        return [d.value for d in at.main.dataframe if list(d.value.columns) == ["seed", "warning"]]
+
+    at.selectbox(key="detail").select("local / fp16").run()
+    (shown,) = detail_warnings()
+    assert list(shown.seed) == [0, 0, 1, 1]
+    assert list(shown.warning) == [warn, "backward: " + lb.HOSTILE_NAME] * 2  # verbatim, as data
+    assert any(t.value == "Warnings in this entry's records (4):" for t in at.text)
+    for kind in ("markdown", "caption", "warning", "info", "error"):
+        for el in getattr(at, kind):
+            assert "<img" not in str(el.value) and "compressed payloads" not in str(el.value), (kind, el.value)
+    at.selectbox(key="detail").select("local / none").run()
+    assert detail_warnings() == [] and any(t.value == "No warnings in this entry's records." for t in at.text)
+
+
+def test_no_warning_column_or_banner_without_warnings(app):
+    assert "warnings" not in _ranking(app).columns
+    assert not any("warnings in their records" in w.value for w in app.warning)

@@ -240,3 +240,34 @@ def test_curves_and_detail(records):
     assert d["specs"] == {"forward": "fp16", "backward": "fp16", "dp": "none"}
     assert len(d["seeds"]) == 3 and d["plugin_hash"] and d["provenance"]["git_commit"] == "0123abc"
     assert d["config"]["task"] == "cifar10"
+
+
+def test_record_warnings_are_counted_per_entry_and_listed_in_the_detail(lb):
+    """Warnings (e.g. payloads larger than the raw tensors) reach the table and the detail view;
+    a superseded record's warnings do not count, and a hostile ``warnings`` field is coerced."""
+    warn = "forward: compressed payloads are larger than the raw tensors (wire 800 B > raw 200 B, ratio 0.25x)"
+    recs = lb.make_records(tasks=("cifar10",), compressors=("none", "fp16"))
+    for r in recs:
+        if r["compressor"] == "fp16" and r["seed"] < 2:
+            r["warnings"] = [warn, "backward: two\nlines"]
+    old = lb.make_record("cifar10", "fp16", 0, record_id="old", created="2025-01-01T00:00:00+00:00", warnings=["stale"] * 5)
+    odd = lb.make_record("shakespeare", "none", 0, warnings="one bare string")
+    junk = lb.make_record("shakespeare", "fp16", 0, warnings={"not": "a list"})
+    frame = to_frame([*recs, old, odd, junk])
+    assert frame.loc[frame.record_id == "old", "n_warnings"].item() == 5
+    assert dict(zip(frame.task + frame.compressor, frame.n_warnings))["shakespearenone"] == 1
+    assert frame.loc[frame.task + frame.compressor == "shakespearefp16", "warnings"].item() == []
+    agg = aggregate(frame)
+    row = _row(agg, "cifar10", "fp16")
+    assert row.n_warnings == 4 and row.warned_seeds == 2  # the superseded record's 5 are not counted
+    assert _row(agg, "cifar10", "none").n_warnings == 0
+    table = ranking.display_table(rank(agg[agg.task == "cifar10"], "pareto"))
+    assert dict(zip(table.compressor, table.warnings)) == {"none": "", "fp16": "⚠ 4"}
+    baseline_only = agg[(agg.compressor == "none") & (agg.task == "cifar10")]
+    assert "warnings" not in ranking.display_table(rank(baseline_only, "pareto"))
+    d = ranking.entry_detail(frame, "cifar10", "quick", "local", "fp16")
+    assert d["warnings"] == [
+        {"seed": 0, "warning": warn}, {"seed": 0, "warning": "backward: two lines"},
+        {"seed": 1, "warning": warn}, {"seed": 1, "warning": "backward: two lines"},
+    ]  # fmt: skip
+    assert [s["warnings"] for s in d["seeds"] if s["latest"]][2] == []

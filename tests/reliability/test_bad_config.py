@@ -70,7 +70,7 @@ CLI_CASES = [
     ("microbatches not dividing the batch", ["--task", "tiny", "--microbatches", "5"], "microbatches=5 does not divide the smoke batch size 16 of task 'tiny'"),
     ("negative seeds", ["--task", "tiny", "--seeds", "-1"], "--seeds: '-1' is not a seed count"),
     ("negative time limit", ["--task", "tiny", "--cell-timeout", "-5"], "--cell-timeout must be a positive number of seconds, got -5.0"),
-    ("unknown tier", ["--task", "tiny", "--tier", "huge"], "unknown tier 'huge'; valid tiers: smoke, quick, full"),
+    ("unknown tier", ["--task", "tiny", "--tier", "huge"], "unknown tier 'huge'; valid tiers: smoke, quick, gpu, full"),
 ]  # fmt: skip
 
 
@@ -145,7 +145,7 @@ def test_pytest_entry_reports_a_bad_matrix_in_one_line(pytester, tally):
         ({"device": "tpu"}, "unknown device 'tpu'; valid devices: cpu, cuda, auto"),
         ({"mode": "mpi"}, "unknown mode 'mpi'; valid modes: single, torchrun"),
         ({"seed": -1}, "seed=-1 must be an integer >= 0"),
-        ({"tier": "huge"}, "unknown tier 'huge'; valid tiers: smoke, quick, full"),
+        ({"tier": "huge"}, "unknown tier 'huge'; valid tiers: smoke, quick, gpu, full"),
         ({"plugins": ("/nonexistent/plugin.py",)}, "plugin '/nonexistent/plugin.py' failed to import: FileNotFoundError"),
     ],
 )

@@ -198,6 +198,120 @@ def test_faulty_cells_in_a_matrix_through_the_runner(faulty_registry, tmp_path, 
     assert sorted(r["status"] for r in records) == ["failed", "failed", "ok", "timeout"]
 
 
+# --------------------------------------------------------------------------- plugins that hang at import
+HANGING_PLUGINS = {
+    # blocked in C (interrupted by the signal), and a busy loop that swallows ordinary exceptions
+    "sleeps": "import time\ntime.sleep(10**6)\n",
+    "spins": "while True:\n    try:\n        pass\n    except Exception:\n        pass\n",
+}
+HANG_COMPRESSOR = (
+    "\nfrom compressors import Compressor, register\n\n\n@register('hangcomp')\nclass Hang(Compressor):\n"
+    "    def compress(self, x, info):\n        return (x,)\n\n    def decompress(self, payload, info):\n"
+    "        return payload[0]\n"
+)
+
+
+@pytest.mark.timeout(60)  # safety net: the deadline below must end the import long before
+@pytest.mark.parametrize("kind", list(HANGING_PLUGINS))
+def test_plugin_hanging_at_import_times_out_with_one_line(tmp_path, monkeypatch, tally, kind):
+    import signal
+    import time
+
+    from compressors.api import CompressorError
+    from compressors.registry import IMPORT_TIMEOUT_ENV, load_plugin
+
+    plugin = tmp_path / f"hang_{kind}.py"
+    plugin.write_text(HANGING_PLUGINS[kind] + HANG_COMPRESSOR)
+    monkeypatch.setenv(IMPORT_TIMEOUT_ENV, "1")
+    handler = signal.getsignal(signal.SIGALRM)
+    with tally.fault("plugin (in process)", f"hangs at import ({kind})"):
+        t0 = time.monotonic()
+        with pytest.raises(CompressorError) as err:
+            load_plugin(str(plugin))
+        assert time.monotonic() - t0 < 10
+        msg = str(err.value)
+        assert msg.startswith(f"plugin {str(plugin)!r} failed to import: PluginImportTimeout: import did not finish "
+                              "within 1 s") and IMPORT_TIMEOUT_ENV in msg and "\n" not in msg  # fmt: skip
+        # the alarm is off again and whatever handled SIGALRM before (pytest-timeout) is back
+        assert signal.getsignal(signal.SIGALRM) is handler
+        assert signal.getitimer(signal.ITIMER_REAL)[0] > 10 or handler in (signal.SIG_DFL, None)
+
+
+@pytest.mark.distributed  # the runner in a subprocess, cells in child processes
+@pytest.mark.timeout(300)  # safety net: without the deadline the run would hang forever
+def test_plugin_hanging_at_import_fails_only_its_cell_through_mpcbench_run(tmp_path, tally):
+    import subprocess
+    import sys
+
+    from compressors.registry import IMPORT_TIMEOUT_ENV
+
+    plugin = tmp_path / "hang.py"
+    plugin.write_text(HANGING_PLUGINS["sleeps"] + HANG_COMPRESSOR)
+    store = tmp_path / "store.jsonl"
+    cmd = [sys.executable, "-m", "suite", "run", "--task", "tiny", "--steps", "2", "--plugin", TINY, "--plugin",
+           str(plugin), "--compressor", "hangcomp", "--results", str(store), "--no-progress"]  # fmt: skip
+    with tally.fault("plugin (runner)", "hangs at import"):
+        repo = str(Path(__file__).resolve().parents[2])
+        path = os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, IMPORT_TIMEOUT_ENV: "1", "PYTHONPATH": path}
+        r = subprocess.run(cmd, env=env, cwd=repo, capture_output=True, text=True, timeout=240)
+        assert r.returncode == 1, r.stderr
+        reason = f"plugin {str(plugin)!r} failed to import: PluginImportTimeout: import did not finish within 1 s"
+        lines = [ln for ln in r.stderr.splitlines() if "failed: tiny-hangcomp-seed0: " in ln]
+        assert len(lines) == 1 and reason in lines[0], r.stderr
+        assert "Traceback" not in r.stderr
+        records, problems = read_jsonl(store)
+        assert problems == []
+        by = {rec["compressor"]: rec for rec in records}
+        assert by["none"]["status"] == "ok"  # the rest of the matrix ran
+        assert by["hangcomp"]["status"] == "failed" and by["hangcomp"]["error"].startswith(reason)
+    assert tally.cells("plugin (runner)", 2, len({rec["cell_key"] for rec in records})) == 0
+
+
+# --------------------------------------------------------------------------- --check-consistency
+def test_check_consistency_config_field_turns_the_check_on(faulty_registry, tmp_path, monkeypatch):
+    """``CellConfig.check_consistency`` (what ``--check-consistency`` sets) turns the check on for
+    its run only, is recorded, and does not change the cell key."""
+    from suite.boundary import CONSISTENCY_ENV
+
+    monkeypatch.delenv(CONSISTENCY_ENV, raising=False)
+    on = run_in_process(tiny_config("fault_diverge", check_consistency=True), tmp_path / "on")
+    assert on["status"] == "failed" and "\n" not in on["error"]
+    assert "fault_diverge: sender/receiver consistency check" in on["error"]
+    assert CONSISTENCY_ENV not in os.environ  # restored after the run
+    off = run_in_process(tiny_config("fault_diverge"), tmp_path / "off")
+    assert off["status"] == "ok"  # without the check a divergent plugin trains on garbage, silently
+    assert on["cell_key"] == off["cell_key"]
+    assert (on["config"]["check_consistency"], on["provenance"]["consistency_check"]) == (True, True)
+    assert (off["config"]["check_consistency"], off["provenance"]["consistency_check"]) == (False, False)
+
+
+@pytest.mark.distributed  # cells in child processes
+def test_check_consistency_flag_fails_a_divergent_cell_through_the_cli(faulty_registry, tmp_path, capsys, tally):
+    """``mpcbench run --check-consistency``: the choice reaches the cell processes; the divergent
+    plugin's cell fails with a one-line reason, the healthy baseline passes the check."""
+    from suite.boundary import CONSISTENCY_ENV
+    from suite.cli import main
+
+    store = tmp_path / "store.jsonl"
+    with tally.fault("plugin (runner)", "fault_diverge (--check-consistency)"):
+        rc = main(["run", "--task", "tiny", "--steps", "2", "--plugin", TINY, "--plugin", FAULTY, "--compressor",
+                   "fault_diverge", "--check-consistency", "--results", str(store), "--no-progress"])  # fmt: skip
+        err = capsys.readouterr().err
+        assert rc == 1, err
+        assert "consistency check on" in err
+        assert ("failed: tiny-fault_diverge-seed0: CompressorError: fault_diverge: sender/receiver consistency check "
+                "(MPCBENCH_CHECK_CONSISTENCY=1) failed at activation boundary 0 step 0 micro-batch 0") in err  # fmt: skip
+        records, problems = read_jsonl(store)
+        assert problems == [] and CONSISTENCY_ENV not in os.environ
+        by = {r["compressor"]: r for r in records}
+        assert by["none"]["status"] == "ok" and by["fault_diverge"]["status"] == "failed"
+        assert "\n" not in by["fault_diverge"]["error"]
+        for r in records:  # recorded: requested (config) and in effect in the cell process (provenance)
+            assert r["config"]["check_consistency"] is True and r["provenance"]["consistency_check"] is True
+    assert tally.cells("plugin (runner)", 2, len({r["cell_key"] for r in records})) == 0
+
+
 # --------------------------------------------------------------------------- data-parallel path
 @pytest.mark.parametrize(
     "spec, reason",

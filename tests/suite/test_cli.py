@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from compressors import registry
 from suite.cli import main
@@ -140,8 +141,12 @@ def test_validate_problems_and_entries(capsys, tmp_path):
         (["run", "--task", "cifar10", "--compressor", "topk(ratio=7)"], "ratio=7 must be a number"),
         (["run", "--task", "cifar10", "--compressor", "nosuch"], "unknown compressor 'nosuch'; valid names:"),
         (["run", "--seeds", "0,0"], "--seeds: '0,0' is not a seed count"),
-        (["run", "--tier", "huge"], "unknown tier 'huge'; valid tiers: smoke, quick, full"),
+        (["run", "--tier", "huge"], "unknown tier 'huge'; valid tiers: smoke, quick, gpu, full"),
         (["run", "--matrix", "/nonexistent.yaml"], "cannot read matrix file"),
+        pytest.param(
+            ["run", "--tier", "gpu", "--task", "shakespeare"], "runs on cuda but no CUDA device is available here; pass --device cpu",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU"),
+        ),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(capsys, tmp_path, args, expected):
@@ -156,3 +161,15 @@ def test_python_m_suite_is_the_cli():
     assert r.returncode == 0 and "{list,run,report,validate}" in r.stdout
     r = subprocess.run([sys.executable, "-m", "suite", "run", "--mode", "mpi"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "invalid choice: 'mpi'" in r.stderr
+
+
+def test_check_consistency_flag_is_parsed_into_every_cell_without_changing_keys(restore_registry):
+    from suite.cli import _selection, build_parser
+    from suite.matrix import plan_cells
+
+    base = ["run", "--task", "tiny", "--plugin", TINY, "--compressor", "fp16"]
+    on = plan_cells(_selection(build_parser().parse_args([*base, "--check-consistency"])))
+    off = plan_cells(_selection(build_parser().parse_args(base)))
+    assert [c.config.check_consistency for c in on] == [True, True]
+    assert [c.config.check_consistency for c in off] == [False, False]
+    assert [c.config.key() for c in on] == [c.config.key() for c in off]  # a debug check, not a new cell

@@ -52,21 +52,21 @@ def shipped():
     return load_matrix()
 
 
-@pytest.mark.parametrize("tier", ["smoke", "quick", "full"])
+@pytest.mark.parametrize("tier", ["smoke", "quick", "full", "gpu"])
 def test_shipped_tiers_plan_without_errors(shipped, tier):
     cells = plan_cells(Selection(tier=tier), shipped)
     assert {c.config.task for c in cells} == set(BUILTIN_TASKS)
     assert all(c.error is None for c in cells)
     ids = [c.test_id for c in cells]
     assert len(ids) == len(set(ids))
-    n_seeds = {"smoke": 1, "quick": 1, "full": 3}[tier]
+    n_seeds = {"smoke": 1, "quick": 1, "full": 3, "gpu": 1}[tier]
     assert {c.config.seed for c in cells} == set(range(n_seeds))
 
 
 @pytest.mark.parametrize("name", _builtins())
-def test_every_builtin_compressor_is_in_smoke_and_quick(shipped, name):
-    """timm-style: a new built-in fails here until it is added to the matrix."""
-    for tier in ("smoke", "quick"):
+def test_every_builtin_compressor_is_in_every_default_tier(shipped, name):
+    """timm-style: a new built-in fails here until it is added to the matrix (smoke, quick, gpu)."""
+    for tier in ("smoke", "quick", "gpu"):
         used = {
             n
             for e in shipped.tier(tier).entries
@@ -95,6 +95,13 @@ def test_quick_uses_default_settings(shipped):
     for e in shipped.tier("quick").entries:
         for s in e.plan.all_specs():
             assert only_nested_specs(parse_spec(s)), f"quick-tier spec {s!r} sets a parameter"
+
+
+def test_gpu_tier_runs_on_cuda_unless_the_selection_says_otherwise(shipped):
+    cells = plan_cells(Selection(tier="gpu"), shipped)
+    assert {c.config.device for c in cells} == {"cuda"}
+    assert {c.config.device for c in plan_cells(Selection(tier="gpu", device="cpu"), shipped)} == {"cpu"}
+    assert {c.config.device for c in plan_cells(Selection(tier="quick"), shipped)} == {"cpu"}
 
 
 def test_requires_makes_cells_not_applicable(shipped):

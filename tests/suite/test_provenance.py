@@ -48,6 +48,10 @@ def test_no_git_degrades_to_none(tmp_path, monkeypatch):
     prov.git_info.cache_clear()
     monkeypatch.setenv("PATH", str(tmp_path))  # no git executable at all
     assert prov.git_info() == {"git_commit": None, "git_dirty": None}
+    prov.git_info.cache_clear()
+    monkeypatch.setenv("MPCBENCH_GIT_COMMIT", "0123abcd")  # a copied tree that says its commit
+    assert prov.git_info() == {"git_commit": "0123abcd", "git_dirty": None}
+    prov.git_info.cache_clear()
 
 
 def test_machine_info():

@@ -80,13 +80,45 @@ def test_matrix_run_broken_plugin_and_resume(pytester, restore_registry, monkeyp
     assert len(read_jsonl(store)[0]) == 2
 
 
+def test_check_consistency_option_reaches_the_cell(pytester, restore_registry, monkeypatch):
+    """``--check-consistency`` is parsed, travels in the cell's config to its child process and
+    fails a plugin whose receiver decodes differently from its sender, with one line."""
+    if HOME:
+        monkeypatch.setenv("HOME", HOME)
+        monkeypatch.delenv("USERPROFILE", raising=False)
+    monkeypatch.delenv("MPCBENCH_CHECK_CONSISTENCY", raising=False)
+    faulty = str(REPO / "tests" / "fixtures" / "faulty_plugins.py")
+    r = pytester.runpytest_inprocess(
+        str(SUITE), *INNER, "--task", "tiny", "--steps", "2", "--plugin", TINY, "--plugin", faulty,
+        "--compressor", "fault_diverge", "--no-baseline", "--check-consistency", "--results", "out/store.jsonl",
+    )  # fmt: skip
+    out = r.stdout.str()
+    r.assert_outcomes(failed=1)
+    assert "failed: CompressorError: fault_diverge: sender/receiver consistency check" in out
+    (rec,), problems = read_jsonl(pytester.path / "out" / "store.jsonl")
+    assert problems == [] and rec["status"] == "failed" and "\n" not in rec["error"]
+    assert rec["config"]["check_consistency"] is True and rec["provenance"]["consistency_check"] is True
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_cells_are_skipped_without_a_gpu(pytester, restore_registry):
+    r = pytester.runpytest_inprocess(
+        str(SUITE), *INNER, "-rs", "--task", "tiny", "--plugin", TINY, "--device", "cuda", "--compressor", "fp16",
+        "--results", "out/store.jsonl",
+    )  # fmt: skip
+    r.assert_outcomes(skipped=2)
+    assert "no CUDA device is available here" in r.stdout.str()
+    assert not (pytester.path / "out" / "store.jsonl").exists()  # nothing ran, nothing recorded
+
+
 def test_options_do_not_interfere_with_other_runs(pytester):
     pytester.makepyfile(test_plain="def test_one():\n    assert 1 + 1 == 2\n")
     result = pytester.runpytest_inprocess(*INNER)
     result.assert_outcomes(passed=1)
     assert not (pytester.path / "results").exists()
     help_text = pytester.runpytest_inprocess(*INNER, "--help").stdout.str()
-    for opt in ("--tier", "--mpcbench-tier", "--compressor", "--results", "--cell-timeout", "--plugin"):
+    opts = ("--tier", "--mpcbench-tier", "--compressor", "--results", "--cell-timeout", "--plugin", "--check-consistency")
+    for opt in opts:
         assert opt in help_text
 
 

@@ -53,3 +53,27 @@ def test_gpu_tier_is_the_fast_recipe():
     assert b.precision == "bf16" and b.target == 0.93 and b.extra["width"] == 64
     assert b.extra["channels_last"] and b.eval_samples is None and b.train_samples is None
     assert b.steps * b.batch_size >= 14 * 50_000  # ~15 epochs
+
+
+@pytest.mark.parametrize("plan", ["none", "topk"])
+def test_gpu_tier_options_train_through_the_pipeline(monkeypatch, plan):
+    """bf16 autocast + channels_last + label smoothing + device-resident batches, end to end
+    through the runtime, at smoke size (the gpu tier's settings on the smoke budget)."""
+    require_data("cifar10")
+    from suite.config import CellConfig, CompressionPlan
+    from suite.reference import train_unsplit
+    from suite.runtime import run
+    from tasks.cifar10 import Cifar10
+
+    smoke, gpu = Cifar10.tiers["smoke"], Cifar10.tiers["gpu"]
+    extra = {**smoke.extra, "channels_last": True, "label_smoothing": gpu.extra["label_smoothing"]}
+    monkeypatch.setitem(Cifar10.tiers, "gpu", replace(smoke, precision="bf16", extra=extra))
+    cfg = CellConfig(task="cifar10", tier="gpu", device="cpu", plan=CompressionPlan(plan, plan), eval_uncompressed=False)
+    r = run(cfg)
+    assert all(torch.isfinite(torch.tensor(r.losses))) and 0.0 <= r.final_metric <= 1.0
+    assert r.bytes["forward"].raw == smoke.steps * sum(  # bf16 activations at the 3 boundaries of 4 stages
+        smoke.batch_size * c * hw * hw * 2 for c, hw in ((8, 32), (16, 16), (32, 8))
+    )
+    if plan == "none":  # the pipeline computes what the unsplit model computes, in bf16 too
+        plain = train_unsplit(cfg)
+        assert max(abs(a - b) for a, b in zip(r.losses, plain.losses)) <= 1e-5
