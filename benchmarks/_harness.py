@@ -33,7 +33,20 @@ from typing import Any, Callable
 import torch
 
 from compressors import Compressor, CompressorError, TensorInfo, TensorRole, build, get_class
-from compressors.registry import default_spec as registry_default_spec
+
+try:
+    from compressors.registry import default_spec as registry_default_spec
+except ImportError:  # an older compressor library (the "before" runs): the same rule, spelled out
+
+    def registry_default_spec(name: str) -> str:
+        import inspect
+
+        sig = inspect.signature(get_class(name).__init__)
+        required = [p for p in list(sig.parameters.values())[1:] if p.default is inspect.Parameter.empty
+                    and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]  # fmt: skip
+        if any("Compressor" not in str(p.annotation) for p in required):
+            raise CompressorError(f"{name}: a required parameter has no default; give a full spec")
+        return f"{name}({', '.join('topk(ratio=0.1)' for _ in required)})" if required else name
 
 __all__ = [
     "ROUNDS",
