@@ -22,14 +22,16 @@ from .api import TIERS, Batch, Task
 __all__ = ["train", "evaluate", "main"]
 
 
-def _forward(stages: list[torch.nn.Module], batch: Batch, task: Task) -> torch.Tensor:
-    """The stages in sequence, under the tier's autocast (none for fp32 tiers)."""
+def _autocast(task: Task, device: torch.device):
+    """The tier's autocast context (a no-op for fp32 tiers), as the pipeline runtime uses it."""
     dtype = task.budget.autocast_dtype
-    device = batch.inputs.device
-    with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-        x = batch.inputs
-        for stage in stages:
-            x = stage(x, batch.inputs)
+    return torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+
+
+def _forward(stages: list[torch.nn.Module], batch: Batch) -> torch.Tensor:
+    x = batch.inputs
+    for stage in stages:
+        x = stage(x, batch.inputs)
     return x
 
 
@@ -42,7 +44,8 @@ def evaluate(task: Task, stages: list[torch.nn.Module]) -> float:
     device = next(stages[0].parameters()).device
     for batch in task.eval_batches():
         batch = batch.to(device)
-        s, c = task.metric_sums(_forward(stages, batch, task), batch.targets)
+        with _autocast(task, device):
+            s, c = task.metric_sums(_forward(stages, batch), batch.targets)
         total, count = total + s, count + c
     for s in stages:
         s.train()
@@ -65,11 +68,10 @@ def train(task: Task, n_stages: int | None = None, log=print, device: str | torc
     t0 = time.perf_counter()
     for step, batch in enumerate(task.train_batches()):
         for micro in batch.to(device).split(b.microbatches):
-            out = _forward(stages, micro, task)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=b.autocast_dtype is not None):
-                loss = task.loss(out, micro.targets) / b.microbatches
-            loss.backward()
-            losses.append(loss.item() * b.microbatches)
+            with _autocast(task, device):
+                loss = task.loss(_forward(stages, micro), micro.targets)
+            (loss / b.microbatches).backward()
+            losses.append(loss.detach())  # read at evaluation: no device sync per micro-batch
         for opt, sched in zip(optimizers, schedulers):
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -82,9 +84,8 @@ def train(task: Task, n_stages: int | None = None, log=print, device: str | torc
             metric = evaluate(task, stages)
             if math.isnan(to_target) and (metric >= b.target if hib else metric <= b.target):
                 to_target = train_s
-            log(f"step {step + 1:5d}  train loss {sum(losses) / len(losses):.4f}  "
-                f"{task.metric.name} {metric:.4f}  train {train_s:.1f}s")
-            last_loss, losses = sum(losses) / len(losses), []
+            last_loss, losses = float(torch.stack(losses).float().mean()), []
+            log(f"step {step + 1:5d}  train loss {last_loss:.4f}  {task.metric.name} {metric:.4f}  train {train_s:.1f}s")
             t0 = time.perf_counter()
     return {"metric": metric, "train_loss": last_loss, "train_s": train_s, "to_target_s": to_target}
 
