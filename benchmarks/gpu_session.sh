@@ -14,8 +14,8 @@
 # the next call and the finished cells are skipped (TASKS="cifar10" restricts the tasks).
 #
 # What each call carries (64 MiB per call, the repository itself is ~4 MB):
-#   check, kernels, tier, matrix (cifar10):   .gpu_carry/data  .gpu_carry/before  .gpu_carry/commit
-#                                             (+ .gpu_carry/gpu-store.jsonl for matrix)
+#   check, kernels, tier, matrix (cifar10):   .gpu_carry/data  .gpu_carry/text  .gpu_carry/before
+#                                             .gpu_carry/commit (+ .gpu_carry/gpu-store.jsonl for matrix)
 #   matrix with TASKS="sst2 shakespeare":     .gpu_carry/text  .gpu_carry/minilm  .gpu_carry/commit
 #                                             (+ .gpu_carry/gpu-store.jsonl)
 # data = CIFAR-10's JPEG tarball (19 MB); text = SST-2 and Tiny Shakespeare (5 MB); before = the

@@ -64,6 +64,9 @@ CASES = [
     # the gpu tier: full-width ResNet-18, batch 512 in 4 micro-batches, bf16 autocast, channels_last,
     # data on the GPU (both sides), 40 steps
     OverheadCase("cifar10-gpu-4stage", "cuda", dict(task="cifar10", tier="gpu", stages=4, schedule="1f1b", steps=40)),
+    # a transformer whose micro-batches take about a millisecond on an H100: the runtime's
+    # per-message host cost is most exposed here
+    OverheadCase("shakespeare-gpu-4stage", "cuda", dict(task="shakespeare", tier="gpu", stages=4, schedule="1f1b", steps=40)),
 ]
 VARIANTS = ("unsplit", "pipeline_none")
 _UNSPLIT_STEP_S: dict[str, float] = {}

@@ -89,29 +89,30 @@ def _skipped(problems: list[Problem]) -> None:
             st.text("Nothing was skipped.")
 
 
+def _row_labels(table: pd.DataFrame) -> dict[str, tuple[str, str, str]]:
+    """``entry / compressor`` (``/ setup`` too when the rows span several setups) -> the row's key."""
+    several = table["setup"].nunique() > 1
+    keys = zip(table["entry"], table["compressor"], table["setup"])
+    return {f"{e} / {c}" + (f" / {s}" if several else ""): (e, c, s) for e, c, s in keys}
+
+
 def _pareto_chart(table: pd.DataFrame, direction: str, metric: str, higher_is_better: bool) -> alt.Chart | None:
     col = f"bytes_per_step_{direction}"
     pts = table[(table["n"] > 0) & (table[col] > 0)].copy()
     if pts.empty:
         return None
+    several_setups = pts["setup"].nunique() > 1  # then one point per (compressor, setup), shaped by setup
     pts["bytes_per_step"] = pts[col]
     pts["quality"] = pts["metric_mean"]
-    pts["label"] = pts["entry"] + " / " + pts["compressor"]
+    pts["label"] = list(_row_labels(pts))
     pts["frontier"] = ranking.pareto_front(pts, "bytes_per_step", "quality", maximize_y=higher_is_better)
     pts["point"] = pts["frontier"].map({True: "on the frontier", False: "dominated"})
     x = alt.X("bytes_per_step:Q", scale=alt.Scale(type="log"), title=f"wire bytes per step ({direction}, log)")
     y = alt.Y("quality:Q", scale=alt.Scale(zero=False, reverse=not higher_is_better), title=f"{metric} (mean over seeds)")
-    tooltip = ["entry:N", "compressor:N", "quality:Q", "bytes_per_step:Q", "n:Q"]
-    points = (
-        alt.Chart(pts)
-        .mark_circle(size=120, opacity=0.9)
-        .encode(
-            x=x,
-            y=y,
-            color=alt.Color("point:N", scale=alt.Scale(domain=["on the frontier", "dominated"], range=["#d62728", "#9e9e9e"]), title=None),
-            tooltip=tooltip,
-        )
-    )
+    tooltip = ["entry:N", "compressor:N", "setup:N", "quality:Q", "bytes_per_step:Q", "n:Q"]
+    color = alt.Color("point:N", scale=alt.Scale(domain=["on the frontier", "dominated"], range=["#d62728", "#9e9e9e"]), title=None)
+    extra = {"shape": alt.Shape("setup:N", title="setup")} if several_setups else {}
+    points = alt.Chart(pts).mark_point(size=120, opacity=0.9, filled=True).encode(x=x, y=y, color=color, tooltip=tooltip, **extra)
     front = pts[pts["frontier"]].sort_values("bytes_per_step")
     line = alt.Chart(front).mark_line(color="#d62728", strokeDash=[4, 3]).encode(x=x, y=y)
     labels = alt.Chart(pts).mark_text(align="left", dx=8, dy=-6, fontSize=11).encode(x=x, y=y, text="compressor:N")
@@ -125,7 +126,7 @@ def _curves_chart(curves: pd.DataFrame, metric: str) -> alt.Chart:
         .encode(
             x=alt.X("step:Q", title="training step"),
             y=alt.Y("metric:Q", scale=alt.Scale(zero=False), title=metric),
-            color=alt.Color("label:N", title="entry / compressor"),
+            color=alt.Color("label:N", title="entry / compressor" + (" / setup" if curves["setup"].nunique() > 1 else "")),
             detail="seed:N",
             tooltip=["label:N", "seed:Q", "step:Q", "metric:Q", "train_loss:Q", "wall_s:Q"],
         )
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
         hide_index=True,
         width="stretch",
         key="ranking_table",
-        column_config={c: st.column_config.TextColumn(width="medium") for c in ("entry", "compressor")},
+        column_config={c: st.column_config.TextColumn(width="medium") for c in ("entry", "compressor", "setup")},
     )
 
     # ------------------------------------------------------------------ Pareto plot
@@ -216,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
 
     # ------------------------------------------------------------------ curves
     st.subheader("Training curves")
-    labels = {f"{e} / {c}": (e, c) for e, c in zip(ranked["entry"], ranked["compressor"])}
+    labels = _row_labels(ranked)  # rows that differ only by setup get the setup in their label
     chosen = st.multiselect("Entries", list(labels), default=list(labels)[:4], key="curves")
     curves = ranking.curve_frame(frame[(frame["task"] == task) & (frame["tier"] == tier)], [labels[c] for c in chosen])
     if curves.empty:
@@ -228,8 +229,8 @@ def main(argv: list[str] | None = None) -> None:
     st.subheader("Entry details")
     pick = st.selectbox("Entry", list(labels), key="detail")
     if pick:
-        e, c = labels[pick]
-        detail = ranking.entry_detail(frame, task, tier, e, c)
+        e, c, s = labels[pick]
+        detail = ranking.entry_detail(frame, task, tier, e, c, s)
         # warnings (e.g. payloads larger than the raw tensors) are record text: a data table, never markdown
         warnings = detail.get("warnings") or []
         if warnings:

@@ -4,12 +4,17 @@ No Streamlit here: ``leaderboard/app.py`` only renders what these functions retu
 ``mpcbench report`` calls the same functions. The public API is stable:
 
     frame = to_frame(records)          # one row per record (flattened, see to_frame)
-    agg = aggregate(frame)             # one row per (task, tier, entry, compressor)
+    agg = aggregate(frame)             # one row per (task, tier, entry, compressor, setup)
     table = rank(agg, "pareto")        # + a "rank" column, sorted within each task/tier
     RULES["pareto"].explanation        # what the rule means, shown on the page
 
 Column conventions: per-direction columns end in ``_forward`` / ``_backward`` / ``_dp`` /
 ``_total``; per-network-profile columns are ``<name>@<profile>`` (``time_to_target_s@1Gbps``).
+
+A row of the leaderboard is one experiment: a compressor under one run *setup* (pipeline
+stages, schedule, micro-batches, process mode, device, data-parallel size, step override,
+compression warm-up; see :func:`setup_label`). Records that differ in setup are never pooled
+as seeds of one row, and deltas compare with the ``none`` baseline of the same setup.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ __all__ = [
     "BYTE_DIRECTIONS",
     "RULES",
     "Rule",
+    "setup_label",
     "to_frame",
     "aggregate",
     "rank",
@@ -47,7 +53,7 @@ DIRECTIONS = ("forward", "backward", "dp")
 BYTE_DIRECTIONS = DIRECTIONS + ("total",)
 ALPHA_MARKERS = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
 N_TOO_SMALL = "n too small"
-GROUP = ["task", "tier", "entry", "compressor"]
+GROUP = ["task", "tier", "entry", "compressor", "setup"]
 
 
 # --------------------------------------------------------------------------- records -> frame
@@ -79,6 +85,66 @@ def _warning_list(v: Any) -> list[str]:
     return [" ".join(_str(w).split()) for w in items[:MAX_WARNINGS] if _str(w).strip()]
 
 
+def _pos_int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def _word(v: Any) -> str:
+    """A record's short setting (schedule, mode, device) on one line and bounded: record text is untrusted."""
+    return " ".join(_str(v).split())[:40]
+
+
+def setup_label(record: dict[str, Any]) -> str:
+    """The run setup of a record besides its compressor, as a short stable string, e.g.
+    ``"4 stages, 1f1b, M=4, single, cpu"`` (+ ``", dp=2"``, ``", 200 steps"``, ``", warm-up 10"``
+    when set).
+
+    Stages, schedule, micro-batches, mode, device and dp come from the record's ``run`` (what
+    actually ran, defaults resolved), else from its ``config`` (a failed record has no ``run``;
+    :func:`to_frame` then borrows the resolved setup of an ok record with the same config).
+    ``steps`` is the config's step override (the tier's own count is implied by the tier) and
+    the warm-up is ``compress_warmup_steps``. Missing fields are left out, so an old or minimal
+    record still gets a (shorter) label; ``""`` when nothing is known.
+    """
+    run, cfg = _dict(record.get("run")), _dict(record.get("config"))
+    stages = _pos_int(run.get("n_stages")) or _pos_int(cfg.get("stages"))
+    micro = _pos_int(run.get("microbatches")) or _pos_int(cfg.get("microbatches"))
+    dp = _pos_int(run.get("dp")) or _pos_int(cfg.get("dp"))
+    steps, warmup = _pos_int(cfg.get("steps")), _pos_int(cfg.get("compress_warmup_steps"))
+    parts = [f"{stages} stage{'' if stages == 1 else 's'}" if stages else ""]
+    parts.append(_word(run.get("schedule")) or _word(cfg.get("schedule")))
+    parts.append(f"M={micro}" if micro else "")
+    parts.append(_word(run.get("mode")) or _word(cfg.get("mode")))
+    parts.append(_word(run.get("device")) or _word(cfg.get("device")))
+    parts.append(f"dp={dp}" if dp and dp != 1 else "")  # dp=1 is the default: not worth a word
+    parts.append(f"{steps} steps" if steps else "")
+    parts.append(f"warm-up {warmup}" if warmup else "")
+    return ", ".join(p for p in parts if p)
+
+
+_SETUP_CONFIG_KEYS = ("stages", "dp", "schedule", "microbatches", "compress_warmup_steps", "mode", "device", "steps")
+
+
+def _setup_signature(record: dict[str, Any]) -> str:
+    """The record's requested setup as written in its config (defaults unresolved)."""
+    cfg = _dict(record.get("config"))
+    return repr([cfg.get(k) for k in _SETUP_CONFIG_KEYS])
+
+
+def _resolve_setups(frame: pd.DataFrame) -> None:
+    """A record without ``run`` (a failed cell) gets the resolved setup of an ok record of the
+    same task, tier and requested config, so it counts in the same row (``stages: null`` in the
+    config means the task's default, which only a record that ran knows)."""
+    missing = ~frame["_has_run"]
+    if not missing.any() or missing.all():
+        return
+    known = frame[~missing].groupby(["task", "tier", "_setup_sig"])["setup"].agg(lambda s: s.mode().iloc[0])
+    for i in frame.index[missing]:
+        key = (frame.at[i, "task"], frame.at[i, "tier"], frame.at[i, "_setup_sig"])
+        if key in known.index:
+            frame.at[i, "setup"] = known[key]
+
+
 def to_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """One row per record, flattened for pandas.
 
@@ -87,9 +153,10 @@ def to_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     without them belongs to entry ``"local"``). Columns:
 
     - identity: ``record_id, cell_key, cell_id, created, entry, entry_name, submitter, task,
-      tier, compressor, seed, status, error``; ``latest`` is False for a record superseded by a
-      newer record of the same (entry, cell_key) (a rerun) and such rows are ignored by
-      :func:`aggregate`.
+      tier, compressor, setup`` (:func:`setup_label`), ``seed, status, error``; ``latest`` is
+      False for a record superseded by a newer record of the same entry and cell_key, or of
+      the same entry, task, tier, compressor, setup and seed (a rerun: one seed is never
+      counted twice), and such rows are ignored by :func:`aggregate`.
     - quality: ``metric_name, higher_is_better, final_metric, final_metric_uncompressed,
       target, reached_target_step``.
     - bytes: ``raw_bytes_<dir>, wire_bytes_<dir>, ratio_<dir>`` (raw / wire, NaN when the
@@ -110,10 +177,13 @@ def to_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(columns=_BASE_COLUMNS)
+    _resolve_setups(frame)
+    frame = frame.drop(columns=["_has_run", "_setup_sig"])
     # a rerun of the same cell in the same entry supersedes the older record
     order = frame.reset_index().sort_values(["created", "index"], kind="stable")
     last = order.drop_duplicates(["entry", "cell_key"], keep="last")["index"]
-    frame["latest"] = frame.index.isin(last)
+    last_seed = order.drop_duplicates(["entry", "task", "tier", "compressor", "setup", "seed"], keep="last")["index"]
+    frame["latest"] = frame.index.isin(last) & frame.index.isin(last_seed)
     # every profile seen anywhere gets a column (NaN where a record lacks it)
     for p in network_profiles(frame):
         for c in (f"time_to_target_s@{p}", f"total_s@{p}"):
@@ -124,7 +194,7 @@ def to_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
 
 _BASE_COLUMNS = [
     "record_id", "cell_key", "cell_id", "created", "entry", "entry_name", "submitter",
-    "task", "tier", "compressor", "seed", "status", "error", "metric_name", "higher_is_better",
+    "task", "tier", "compressor", "setup", "seed", "status", "error", "metric_name", "higher_is_better",
     "final_metric", "final_metric_uncompressed", "target", "reached_target_step",
     *[f"{k}_{d}" for k in ("raw_bytes", "wire_bytes", "ratio", "bytes_per_step") for d in BYTE_DIRECTIONS],
     "step_s", "compute_s", "compress_s", "comm_s", "total_train_s", "wall_s", "warnings", "n_warnings", "latest",
@@ -150,6 +220,9 @@ def _flatten(r: dict[str, Any]) -> dict[str, Any]:
         "task": _str(r.get("task")),
         "tier": _str(r.get("tier")),
         "compressor": compressor,
+        "setup": setup_label(r),
+        "_has_run": bool(run),
+        "_setup_sig": _setup_signature(r),
         "seed": int(r["seed"]) if isinstance(r.get("seed"), int) else -1,
         "status": _str(r.get("status")),
         "error": _str(r.get("error")),
@@ -273,19 +346,23 @@ def _first(s: pd.Series) -> Any:
 
 
 def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per (task, tier, entry, compressor) over the seeds of that entry.
+    """One row per (task, tier, entry, compressor, setup) over the seeds of that entry.
 
-    Only the latest record per cell counts (``frame.latest``); failed / timed-out records
-    count in ``n_failed`` but not in the statistics. Columns:
+    ``setup`` is the run setup (:func:`setup_label`): records of one compressor that ran under
+    different settings (stages, schedule, micro-batches, mode, device, dp, ...) are different
+    experiments, so they are separate rows, never pooled as seeds. Only the latest record per
+    cell counts (``frame.latest``); failed / timed-out records count in ``n_failed`` but not
+    in the statistics. Columns:
 
     - ``n`` (ok seeds), ``n_failed``, ``seeds``, ``metric_name``, ``higher_is_better``,
       ``metric_mean``, ``metric_std`` (sample std, NaN for n < 2), ``metric_uncompressed_mean``.
-    - ``delta``: metric_mean minus the mean of the ``none`` baseline of the same task and
-      tier (the same entry's baseline if it has one, else the baseline entry with most seeds,
-      named in ``baseline_entry``); ``p_value``: Welch's t-test (unequal variances) of the
-      seeds against the baseline's seeds, NaN when either has n < 2; ``significance``:
-      :func:`significance_marker` (``"baseline"`` on the baseline row, ``"no baseline"``
-      when the task/tier has none).
+    - ``delta``: metric_mean minus the mean of the ``none`` baseline of the same task, tier
+      and setup (the same entry's baseline if it has one, else the baseline entry with most
+      seeds in that setup, named in ``baseline_entry``); ``p_value``: Welch's t-test (unequal
+      variances) of the seeds against the baseline's seeds, NaN when either has n < 2;
+      ``significance``: :func:`significance_marker` (``"baseline"`` on the baseline row,
+      ``"no baseline"`` when no ``none`` row has results in that task, tier and setup: a
+      baseline run under other settings is not compared with).
     - means over seeds of ``ratio_<dir>``, ``bytes_per_step_<dir>``, ``step_s``,
       ``total_train_s``, ``wall_s``, ``total_s@<profile>``.
     - ``time_to_target_s@<profile>``: mean over the seeds that reached the target (NaN if
@@ -299,6 +376,8 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
         cols = [*GROUP, "n", "n_failed", "metric_mean", "metric_std", "delta", "p_value", "significance"]
         return pd.DataFrame(columns=cols)
     frame = frame[frame["latest"]] if "latest" in frame else frame
+    if "setup" not in frame:  # a frame built by hand, not by to_frame: one unnamed setup
+        frame = frame.assign(setup="")
     mean_cols = [f"{k}_{d}" for k in ("ratio", "bytes_per_step") for d in BYTE_DIRECTIONS]
     mean_cols += ["step_s", "compute_s", "compress_s", "comm_s", "total_train_s", "wall_s"]
     mean_cols += [f"total_s@{p}" for p in profiles]
@@ -343,7 +422,8 @@ def _add_deltas(agg: pd.DataFrame) -> None:
     agg["delta"] = math.nan
     agg["p_value"] = math.nan
     agg["significance"] = "no baseline"
-    for (_task, _tier), g in agg.groupby(["task", "tier"], sort=False):
+    # only a baseline of the same setup is comparable: other stages/mode/device change the numbers
+    for _, g in agg.groupby(["task", "tier", "setup"], sort=False):
         bases = g[(g["compressor"] == BASELINE) & (g["n"] > 0)]
         if bases.empty:
             continue
@@ -419,7 +499,7 @@ RULES: dict[str, Rule] = {
         "least the chosen minimum are ranked by their mean final quality over seeds (higher accuracy "
         "first, or lower perplexity first for tasks where lower is better). Entries below the ratio "
         "are listed without a rank. The delta column compares with the uncompressed baseline of the "
-        "same task and tier; stars mark a significant difference by Welch's t-test over seeds "
+        "same task, tier and run setup; stars mark a significant difference by Welch's t-test over seeds "
         "(* p<0.05, ** p<0.01, *** p<0.001; 'n too small' when either side has fewer than 2 seeds).",
     ),
     "time_to_target": Rule(
@@ -514,42 +594,69 @@ def rank(
             r += sum(1 for t in tuples if t == tup)
         out.loc[g.index, "rank"] = [pos[t] for t in tuples]
     out["_rank_sort"] = out["rank"].astype(float).fillna(np.inf)
-    out = out.sort_values(["task", "tier", "_rank_sort", *key_cols, "entry", "compressor"], kind="stable")
+    ties = ["entry", "compressor"] + (["setup"] if "setup" in out else [])
+    out = out.sort_values(["task", "tier", "_rank_sort", *key_cols, *ties], kind="stable")
     return out.drop(columns=[*key_cols, "_rank_sort"]).reset_index(drop=True)
 
 
 # --------------------------------------------------------------------------- views for the app
-def curve_frame(frame: pd.DataFrame, selection: Iterable[tuple[str, str]] | None = None) -> pd.DataFrame:
+def _selected(frame: pd.DataFrame, selection: Iterable[tuple[str, ...]] | None) -> pd.Series:
+    """Rows matching any (entry, compressor) or (entry, compressor, setup) tuple (None: all)."""
+    if selection is None:
+        return pd.Series(True, index=frame.index)
+    setup = frame["setup"] if "setup" in frame else pd.Series("", index=frame.index)
+    keep = pd.Series(False, index=frame.index)
+    for sel in selection:
+        m = (frame["entry"] == sel[0]) & (frame["compressor"] == sel[1])
+        if len(sel) > 2:
+            m &= setup == sel[2]
+        keep |= m
+    return keep
+
+
+def curve_frame(frame: pd.DataFrame, selection: Iterable[tuple[str, ...]] | None = None) -> pd.DataFrame:
     """Long frame of training curves: one row per (record, eval point) with ``entry, compressor,
-    seed, label, step, metric, metric_uncompressed, train_loss, wall_s``. ``selection``:
-    (entry, compressor) pairs to keep (None: all)."""
-    cols = ["task", "tier", "entry", "compressor", "seed", "label", "step", "metric",
+    setup, seed, label, step, metric, metric_uncompressed, train_loss, wall_s``. ``selection``:
+    (entry, compressor) pairs (any setup) or (entry, compressor, setup) triples to keep (None:
+    all). ``label`` is ``entry / compressor``, plus ``/ setup`` when the kept curves come from
+    more than one setup (so two setups of one compressor are two lines)."""
+    cols = ["task", "tier", "entry", "compressor", "setup", "seed", "label", "step", "metric",
             "metric_uncompressed", "train_loss", "wall_s"]  # fmt: skip
-    keep = set(selection) if selection is not None else None
     rows = []
     if not frame.empty:
         sub = frame[(frame["status"] == "ok") & frame["latest"]]
+        sub = sub[_selected(sub, selection)]
+        if "setup" not in sub:
+            sub = sub.assign(setup="")
+        several = sub["setup"].nunique() > 1
         for r in sub.itertuples(index=False):
-            if keep is not None and (r.entry, r.compressor) not in keep:
-                continue
+            label = f"{r.entry} / {r.compressor}" + (f" / {r.setup}" if several else "")
             for p in r.curve:
                 if not isinstance(p, dict):
                     continue
                 rows.append(
-                    dict(task=r.task, tier=r.tier, entry=r.entry, compressor=r.compressor, seed=r.seed,
-                         label=f"{r.entry} / {r.compressor}", step=_num(p.get("step")),
+                    dict(task=r.task, tier=r.tier, entry=r.entry, compressor=r.compressor, setup=r.setup,
+                         seed=r.seed, label=label, step=_num(p.get("step")),
                          metric=_num(p.get("metric")), metric_uncompressed=_num(p.get("metric_uncompressed")),
                          train_loss=_num(p.get("train_loss")), wall_s=_num(p.get("wall_s")))
                 )  # fmt: skip
     return pd.DataFrame(rows, columns=cols)
 
 
-def entry_detail(frame: pd.DataFrame, task: str, tier: str, entry: str, compressor: str) -> dict[str, Any]:
-    """Everything about one leaderboard row, JSON-able: entry info, specs, provenance, config,
-    the per-seed results, and ``warnings``: ``{"seed", "warning"}`` for every warning line of
-    the latest records (the ones the ranking counts), for the detail view."""
+def entry_detail(
+    frame: pd.DataFrame, task: str, tier: str, entry: str, compressor: str, setup: str | None = None
+) -> dict[str, Any]:
+    """Everything about one leaderboard row, JSON-able: entry info, setup, specs, provenance,
+    config, the per-seed results, and ``warnings``: ``{"seed", "warning"}`` for every warning
+    line of the latest records (the ones the ranking counts), for the detail view. ``setup``
+    picks the row of that setup (None: the records of every setup; the top-level ``setup`` is
+    then None when they differ, each seed names its own)."""
     g = frame[(frame["task"] == task) & (frame["tier"] == tier) & (frame["entry"] == entry)
               & (frame["compressor"] == compressor)]  # fmt: skip
+    if "setup" not in g:
+        g = g.assign(setup="")
+    if setup is not None:
+        g = g[g["setup"] == setup]
     if g.empty:
         return {}
     g = g.sort_values("seed")
@@ -560,7 +667,7 @@ def entry_detail(frame: pd.DataFrame, task: str, tier: str, entry: str, compress
             warned += [{"seed": r.seed, "warning": w} for w in r.warnings]
         seeds.append(
             {
-                "seed": r.seed, "status": r.status, "error": r.error or None, "latest": bool(r.latest),
+                "seed": r.seed, "setup": r.setup, "status": r.status, "error": r.error or None, "latest": bool(r.latest),
                 "final_metric": None if math.isnan(r.final_metric) else r.final_metric,
                 "ratio_total": None if math.isnan(r.ratio_total) else round(r.ratio_total, 4),
                 "step_s": None if math.isnan(r.step_s) else r.step_s,
@@ -574,6 +681,7 @@ def entry_detail(frame: pd.DataFrame, task: str, tier: str, entry: str, compress
         "task": task,
         "tier": tier,
         "compressor": compressor,
+        "setup": setup if setup is not None else (g["setup"].iloc[0] if g["setup"].nunique() == 1 else None),
         "specs": {d: last[f"spec_{d}"] for d in DIRECTIONS},
         "plugin_hash": last["plugin_hash"],
         "provenance": last["provenance"],
@@ -605,8 +713,10 @@ def display_table(ranked: pd.DataFrame, *, network: str | None = None, direction
     train time, modeled time-to-target at ``network`` with how many seeds reached the target,
     the number of failed seeds and ``warnings`` (``⚠ N``: N warning lines in the entry's
     records, e.g. payloads larger than the raw tensors; each column left out when no row has
-    any)."""
+    any). A ``setup`` column (after compressor) appears only when the rows come from more than
+    one run setup; with one setup it would say the same thing on every row."""
     rows = []
+    several_setups = "setup" in ranked and ranked["setup"].nunique() > 1
     names = [n for n in ranked.get("metric_name", pd.Series(dtype=str)) if n]
     metric_header = names[0] if names else "quality"
     for r in ranked.to_dict("records"):
@@ -622,6 +732,7 @@ def display_table(ranked: pd.DataFrame, *, network: str | None = None, direction
             "rank": "-" if pd.isna(r["rank"]) else str(int(r["rank"])),
             "entry": r["entry"],
             "compressor": r["compressor"],
+            **({"setup": r["setup"] or "-"} if several_setups else {}),
             metric_header: quality,
             "Δ vs none": delta,
         }

@@ -132,10 +132,14 @@ def random_crop_flip(images: Tensor, dy: Tensor, dx: Tensor, flip: Tensor, pad: 
     return padded[b, c, rows[:, None, :, None], cols[:, None, None, :]]
 
 
+_STATS: dict[torch.device, tuple[Tensor, Tensor]] = {}  # (mean, std) * 255 per device, (1, 3, 1, 1)
+
+
 def _normalize(images: Tensor) -> Tensor:
     """uint8 (B, 3, H, W) -> float32, per-channel standardized."""
-    mean = torch.tensor(MEAN, device=images.device).view(1, 3, 1, 1) * 255
-    std = torch.tensor(STD, device=images.device).view(1, 3, 1, 1) * 255
+    if images.device not in _STATS:  # once per device: a host-to-GPU copy per batch would stall the stream
+        _STATS[images.device] = tuple(torch.tensor(v, device=images.device).view(1, 3, 1, 1) * 255 for v in (MEAN, STD))
+    mean, std = _STATS[images.device]
     return (images.float() - mean) / std
 
 
