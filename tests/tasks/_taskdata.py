@@ -18,6 +18,14 @@ def require_data(task: str) -> None:
     """Skip (with the reason) when a built-in task's data is not in the data dir."""
     if task in DATA_FILES and not (default_data_dir() / DATA_FILES[task]).exists():
         pytest.skip(f"{task}: {default_data_dir() / DATA_FILES[task]} not found (set MPCBENCH_DATA_DIR)")
+    if task == "sst2":  # the pretrained encoder is data too (a package, or $MPCBENCH_SST2_MODEL)
+        from tasks import DataMissingError
+        from tasks.sst2 import default_model
+
+        try:
+            default_model()
+        except DataMissingError as e:
+            pytest.skip(str(e))
 
 
 def task_params(names):
