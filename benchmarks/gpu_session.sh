@@ -4,7 +4,8 @@
 #
 #   bash benchmarks/gpu_session.sh prepare            # HERE, before the first call: fills .gpu_carry/
 #   bash benchmarks/gpu_session.sh check   [OUT]      # on the GPU: gpu-marked tests, versions (~3 min)
-#   bash benchmarks/gpu_session.sh kernels [OUT]      # compressor speed: after, eager, before (~6 min)
+#   bash benchmarks/gpu_session.sh kernels [OUT]      # compressor speed, current code, compiled twins (~4 min)
+#   bash benchmarks/gpu_session.sh baselines [OUT]    # the same with compile off, and the "before" compressors (~4 min)
 #   bash benchmarks/gpu_session.sh tier    [OUT]      # pipeline overhead + CIFAR-10 time to 93% (~5 min)
 #   bash benchmarks/gpu_session.sh matrix  [OUT]      # the gpu tier of the matrix; resumable (repeat)
 #
@@ -14,7 +15,7 @@
 # the next call and the finished cells are skipped (TASKS="cifar10" restricts the tasks).
 #
 # What each call carries (64 MiB per call, the repository itself is ~4 MB):
-#   check, kernels, tier, matrix (cifar10):   .gpu_carry/data  .gpu_carry/text  .gpu_carry/before
+#   check, kernels, baselines, tier, matrix (cifar10):   .gpu_carry/data  .gpu_carry/text  .gpu_carry/before
 #                                             .gpu_carry/commit (+ .gpu_carry/gpu-store.jsonl for matrix)
 #   matrix with TASKS="sst2 shakespeare":     .gpu_carry/text  .gpu_carry/minilm  .gpu_carry/commit
 #                                             (+ .gpu_carry/gpu-store.jsonl)
@@ -25,7 +26,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-PART="${1:?usage: gpu_session.sh prepare|check|kernels|tier|matrix [OUT]}"
+PART="${1:?usage: gpu_session.sh prepare|check|kernels|baselines|tier|matrix [OUT]}"
 OUT_DIR="${2:-${OUT:-results/gpu}}"
 CARRY=.gpu_carry
 BEFORE_COMMIT=7a8a426  # the compressor library as first written (docs/performance.md "before")
@@ -60,7 +61,10 @@ EOF
 fi
 
 # ---------------------------------------------------------------------------------- on the GPU
-mkdir -p "$OUT_DIR"
+OUT_DIR="$(mkdir -p "$OUT_DIR" && cd "$OUT_DIR" && pwd)"
+# BENCH_ARGS: what the benchmarks run on; a dry run of this script on a CPU machine can pass
+# BENCH_ARGS="--bench-device cpu --bench-shape 2x64x64"
+BENCH_ARGS="${BENCH_ARGS:---bench-device cuda}"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # one data dir holding whatever was carried (data/ and text/ are carried separately)
 data_dir=/tmp/mpcbench-data
@@ -88,20 +92,26 @@ check)
         --device cuda --results "$OUT_DIR/check-store.jsonl" 2>&1 | tee "$OUT_DIR/check-run.log"
     ;;
 kernels)
-    B="python -m pytest benchmarks/test_compressor_speed.py --bench-device cuda -q -p no:cacheprovider"
+    # compiled twins: the first call of each compiles (tens of seconds); timed calls come after warm-up
     log "after (compiled twins on)"
-    $B --benchmark-json "$OUT_DIR/h100-after.json" 2>&1 | tail -n 30 | tee "$OUT_DIR/kernels.log"
+    python -m pytest benchmarks/test_compressor_speed.py $BENCH_ARGS -q -p no:cacheprovider \
+        --benchmark-json "$OUT_DIR/h100-after.json" 2>&1 | tail -n 30 | tee "$OUT_DIR/kernels.log"
+    python benchmarks/report.py "$OUT_DIR/h100-after.json" >"$OUT_DIR/kernels.md"
+    ;;
+baselines)
     log "after, eager (MPCBENCH_COMPILE=0)"
-    MPCBENCH_COMPILE=0 $B --benchmark-json "$OUT_DIR/h100-eager.json" 2>&1 | tail -n 5 | tee -a "$OUT_DIR/kernels.log"
+    MPCBENCH_COMPILE=0 python -m pytest benchmarks/test_compressor_speed.py $BENCH_ARGS -q -p no:cacheprovider \
+        --benchmark-json "$OUT_DIR/h100-eager.json" 2>&1 | tail -n 5 | tee "$OUT_DIR/baselines.log"
     log "before ($BEFORE_COMMIT's compressors)"
     (cd "$CARRY/before" && PYTHONPATH="$ROOT/$CARRY/before:$ROOT" python -m pytest "$ROOT/benchmarks/test_compressor_speed.py" \
-        --rootdir "$ROOT" --bench-device cuda -q -p no:cacheprovider --benchmark-json "$ROOT/$OUT_DIR/h100-before.json") 2>&1 | tail -n 5 | tee -a "$OUT_DIR/kernels.log"
-    python benchmarks/report.py "$OUT_DIR/h100-after.json" --before "$OUT_DIR/h100-before.json" >"$OUT_DIR/kernels.md"
-    python benchmarks/report.py "$OUT_DIR/h100-eager.json" >>"$OUT_DIR/kernels.md"
+        --rootdir "$ROOT" $BENCH_ARGS -q -p no:cacheprovider --benchmark-json "$OUT_DIR/h100-before.json") 2>&1 | tail -n 5 | tee -a "$OUT_DIR/baselines.log"
+    python benchmarks/report.py "$OUT_DIR/h100-eager.json" >"$OUT_DIR/eager.md"
+    python benchmarks/report.py "$OUT_DIR/h100-before.json" >"$OUT_DIR/before.md"
+    echo "the before/after table: python benchmarks/report.py h100-after.json --before h100-before.json (after both parts)"
     ;;
 tier)
     log "pipeline overhead: gpu tier, none pipeline vs unsplit"
-    python -m pytest benchmarks/test_pipeline_overhead.py --bench-device cuda -q -p no:cacheprovider \
+    python -m pytest benchmarks/test_pipeline_overhead.py $BENCH_ARGS -q -p no:cacheprovider \
         --benchmark-json "$OUT_DIR/h100-pipeline.json" 2>&1 | tail -n 20 | tee "$OUT_DIR/tier.log"
     python benchmarks/report.py "$OUT_DIR/h100-pipeline.json" >"$OUT_DIR/pipeline.md" || true
     log "CIFAR-10 ResNet-18, gpu tier, no pipeline (the recipe's time to 93%)"
@@ -117,7 +127,7 @@ matrix)
     python -m suite report --results "$store" 2>&1 | tail -n 40 | tee -a "$OUT_DIR/matrix.log" || true
     ;;
 *)
-    echo "unknown part $PART; valid: prepare, check, kernels, tier, matrix" >&2
+    echo "unknown part $PART; valid: prepare, check, kernels, baselines, tier, matrix" >&2
     exit 2
     ;;
 esac

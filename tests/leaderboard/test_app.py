@@ -148,3 +148,32 @@ def test_record_warnings_are_flagged_in_the_table_and_listed_in_the_detail(monke
 def test_no_warning_column_or_banner_without_warnings(app):
     assert "warnings" not in _ranking(app).columns
     assert not any("warnings in their records" in w.value for w in app.warning)
+
+
+def test_setups_get_their_own_rows_labels_and_points(monkeypatch, tmp_path, lb):
+    """The same compressor run under two settings (single process and torchrun) is two rows with a
+    ``setup`` column, two choices in the curves / detail pickers, and two Pareto points."""
+    recs = lb.make_records(tasks=("cifar10",), compressors=("none", "fp16"))
+    for r in lb.make_records(tasks=("cifar10",), compressors=("none", "fp16")):
+        r = dict(r, run={**r["run"], "mode": "torchrun"}, config={**r["config"], "mode": "torchrun"})
+        recs.append(dict(r, cell_key=r["cell_key"] + "-tr", record_id=r["record_id"] + "-tr"))
+    at = _app(monkeypatch, results=lb.write_jsonl(tmp_path / "store.jsonl", recs))
+    table = _ranking(at)
+    assert list(table.columns[:4]) == ["rank", "entry", "compressor", "setup"] and len(table) == 4
+    assert all(q.endswith("(n=3)") for q in table.accuracy)  # not 6 pooled "seeds"
+    assert set(table.setup) == {"3 stages, 1f1b, M=4, single, cpu", "3 stages, 1f1b, M=4, torchrun, cpu"}
+    tr = "local / fp16 / 3 stages, 1f1b, M=4, torchrun, cpu"
+    assert tr in at.selectbox(key="detail").options and len(at.selectbox(key="detail").options) == 4
+    at.selectbox(key="detail").select(tr).run()
+    detail = json.loads(at.json[0].value)
+    assert detail["setup"] == "3 stages, 1f1b, M=4, torchrun, cpu" and len(detail["seeds"]) == 3
+    assert all(s["setup"] == detail["setup"] for s in detail["seeds"])
+    pareto = next(e for e in at.main if getattr(e, "type", None) == "vega_lite_chart")
+    spec = json.loads(pareto.proto.spec)
+    points = [v for d in spec.get("datasets", {}).values() for v in d if "setup" in v and "frontier" in v]
+    assert len({(p["compressor"], p["setup"]) for p in points}) == 4
+
+
+def test_one_setup_shows_no_setup_column(app):
+    assert "setup" not in _ranking(app).columns
+    assert "fixture-baselines / fp16" in app.selectbox(key="detail").options

@@ -271,3 +271,129 @@ def test_record_warnings_are_counted_per_entry_and_listed_in_the_detail(lb):
         {"seed": 1, "warning": warn}, {"seed": 1, "warning": "backward: two lines"},
     ]  # fmt: skip
     assert [s["warnings"] for s in d["seeds"] if s["latest"]][2] == []
+
+
+# --------------------------------------------------------------------------- run setups
+def _in_setup(rec: dict, **run) -> dict:
+    """``rec`` as if it ran under other settings: ``run`` fields and the matching config fields."""
+    rec = dict(rec, run={**rec["run"], **run}, config=dict(rec["config"]))
+    cfg_names = {"n_stages": "stages"}
+    for k, v in run.items():
+        rec["config"][cfg_names.get(k, k)] = v
+    rec["cell_key"] = f"{rec['cell_key']}-{sorted(run.items())}"  # another cell, as CellConfig.key() would say
+    rec["record_id"] = f"{rec['record_id']}-{sorted(run.items())}"
+    return rec
+
+
+def test_setup_label_from_run_and_config(lb):
+    rec = lb.make_record("cifar10", "fp16", 0)
+    assert ranking.setup_label(rec) == "3 stages, 1f1b, M=4, single, cpu"
+    rec["config"].update(steps=50, compress_warmup_steps=10)
+    rec["run"].update(dp=2, schedule="gpipe", mode="torchrun")
+    assert ranking.setup_label(rec) == "3 stages, gpipe, M=4, torchrun, cpu, dp=2, 50 steps, warm-up 10"
+    # a failed record has no run: the config says what it knows (stages null = task default: omitted)
+    cfg = {"stages": None, "dp": 1, "schedule": "1f1b", "microbatches": None, "mode": "single", "device": "cpu"}
+    assert ranking.setup_label({"run": None, "config": cfg}) == "1f1b, single, cpu"
+    assert ranking.setup_label({"config": {}}) == ""  # old / minimal record: nothing known, still works
+    assert ranking.setup_label({"run": {"mode": "a\nvery " + "long " * 50}}).count("\n") == 0
+
+
+def test_same_seed_in_two_setups_is_two_rows_not_two_seeds(lb):
+    single = lb.make_record("cifar10", "fp16", 0)
+    torchrun = _in_setup(single, mode="torchrun")
+    torchrun["time"] = dict(single["time"], step_s=10 * single["time"]["step_s"])
+    frame = to_frame([single, torchrun])
+    assert frame.latest.all()  # different cells, both count
+    agg = aggregate(frame)
+    assert len(agg) == 2
+    assert sorted(agg.setup) == ["3 stages, 1f1b, M=4, single, cpu", "3 stages, 1f1b, M=4, torchrun, cpu"]
+    for r in agg.itertuples():
+        assert r.n == 1 and r.seeds == [0]
+        assert r.step_s == pytest.approx(single["time"]["step_s"] * (10 if "torchrun" in r.setup else 1))  # not averaged
+
+
+def test_a_rerun_of_a_seed_in_the_same_setup_counts_once(lb):
+    # stages null (task default) and stages=3 are two cell keys for the same experiment
+    old = lb.make_record("cifar10", "fp16", 0, record_id="old", created="2026-01-01T00:00:00+00:00")
+    new = lb.make_record("cifar10", "fp16", 0, record_id="new", created="2026-02-01T00:00:00+00:00",
+                         cell_key="another-key", config={**old["config"], "stages": None})  # fmt: skip
+    frame = to_frame([old, new])
+    assert dict(zip(frame.record_id, frame.latest)) == {"old": False, "new": True}
+    row = aggregate(frame).iloc[0]
+    assert row.n == 1 and row.seeds == [0]
+
+
+def test_a_failed_record_without_run_joins_its_setups_row(lb):
+    recs = [lb.make_record("cifar10", "fp16", s) for s in range(2)]
+    for r in recs:
+        r["config"]["stages"] = None  # the task's default, resolved to 3 in run
+    failed = lb.make_record("cifar10", "fp16", 2, status="failed", run=None, config=recs[0]["config"])
+    agg = aggregate(to_frame([*recs, failed]))
+    assert len(agg) == 1
+    assert agg.iloc[0].setup == "3 stages, 1f1b, M=4, single, cpu" and agg.iloc[0].n == 2 and agg.iloc[0].n_failed == 1
+
+
+def test_delta_uses_the_baseline_of_the_same_setup(lb):
+    recs = []
+    for s in range(3):
+        base = lb.make_record("cifar10", "none", s)
+        base_tr = _in_setup(base, mode="torchrun", n_stages=2)
+        base_tr["final_metric"] = base["final_metric"] - 0.2  # the torchrun setup trains much worse
+        fp16 = lb.make_record("cifar10", "fp16", s)
+        fp16_tr = _in_setup(fp16, mode="torchrun", n_stages=2)
+        fp16_tr["final_metric"] = fp16["final_metric"] - 0.2
+        recs += [base, base_tr, fp16, fp16_tr]
+    agg = aggregate(to_frame(recs))
+    assert len(agg) == 4 and set(agg.n) == {3}
+    by = {(r.compressor, r.setup): r for r in agg.itertuples()}
+    single, torch2 = "3 stages, 1f1b, M=4, single, cpu", "2 stages, 1f1b, M=4, torchrun, cpu"
+    assert by["none", single].significance == by["none", torch2].significance == "baseline"
+    for setup in (single, torch2):
+        mine = [r["final_metric"] for r in recs if r["compressor"] == "fp16" and ranking.setup_label(r) == setup]
+        base = [r["final_metric"] for r in recs if r["compressor"] == "none" and ranking.setup_label(r) == setup]
+        row = by["fp16", setup]
+        assert row.delta == pytest.approx(np.mean(mine) - np.mean(base))  # near 0, not +-0.2
+        assert abs(row.delta) < 0.01 and row.baseline_entry == "local"
+        assert row.p_value == pytest.approx(stats.ttest_ind(mine, base, equal_var=False).pvalue)
+
+
+def test_a_setup_without_baseline_is_marked_not_compared_across_setups(lb):
+    recs = lb.make_records(tasks=("cifar10",), compressors=("none", "fp16"))
+    recs += [_in_setup(lb.make_record("cifar10", "fp16", s), device="cuda") for s in range(3)]
+    agg = aggregate(to_frame(recs))
+    cuda = agg[agg.setup.str.endswith("cuda")].iloc[0]
+    assert cuda.compressor == "fp16" and cuda.n == 3
+    assert cuda.significance == "no baseline" and math.isnan(cuda.delta) and math.isnan(cuda.p_value)
+    assert cuda.baseline_entry == ""
+    assert _row(agg[~agg.setup.str.endswith("cuda")], "cifar10", "fp16").significance != "no baseline"
+    table = ranking.display_table(rank(agg, "pareto"))
+    cuda_row = table[table.setup.str.endswith("cuda")].iloc[0]
+    assert cuda_row["Δ vs none"] == "no baseline"
+
+
+def test_setup_column_only_when_setups_differ(lb, records):
+    agg = aggregate(to_frame(records))
+    assert "setup" not in ranking.display_table(rank(agg, "pareto"))  # one setup: the table as before
+    mixed = records + [_in_setup(lb.make_record("cifar10", "fp16", 0), schedule="gpipe")]
+    agg = aggregate(to_frame(mixed))
+    table = ranking.display_table(rank(agg[agg.task == "cifar10"], "pareto"))
+    assert list(table.columns[:4]) == ["rank", "entry", "compressor", "setup"]
+    assert set(table.setup) == {"3 stages, 1f1b, M=4, single, cpu", "3 stages, gpipe, M=4, single, cpu"}
+    assert len(table) == 5 and (table.compressor == "fp16").sum() == 2
+    # the shakespeare rows have one setup: no column there
+    assert "setup" not in ranking.display_table(rank(agg[agg.task == "shakespeare"], "pareto"))
+
+
+def test_curves_and_detail_tell_setups_apart(lb):
+    a = lb.make_record("cifar10", "fp16", 0)
+    b = _in_setup(a, mode="torchrun")
+    frame = to_frame([a, b])
+    curves = ranking.curve_frame(frame, [("local", "fp16")])  # a pair: every setup of it
+    assert curves.label.nunique() == 2 and all(lab.startswith("local / fp16 / 3 stages") for lab in curves.label)
+    tr = "3 stages, 1f1b, M=4, torchrun, cpu"
+    only = ranking.curve_frame(frame, [("local", "fp16", tr)])
+    assert set(only.setup) == {tr} and set(only.label) == {"local / fp16"}
+    d = ranking.entry_detail(frame, "cifar10", "quick", "local", "fp16", tr)
+    assert d["setup"] == tr and [s["record_id"] for s in d["seeds"]] == [b["record_id"]]
+    both = ranking.entry_detail(frame, "cifar10", "quick", "local", "fp16")
+    assert both["setup"] is None and len(both["seeds"]) == 2
