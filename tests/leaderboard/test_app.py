@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -169,11 +170,16 @@ def test_setups_get_their_own_rows_labels_and_points(monkeypatch, tmp_path, lb):
     assert detail["setup"] == "3 stages, 1f1b, M=4, torchrun, cpu" and len(detail["seeds"]) == 3
     assert all(s["setup"] == detail["setup"] for s in detail["seeds"])
     pareto = next(e for e in at.main if getattr(e, "type", None) == "vega_lite_chart")
-    spec = json.loads(pareto.proto.spec)
-    points = [v for d in spec.get("datasets", {}).values() for v in d if "setup" in v and "frontier" in v]
-    assert len({(p["compressor"], p["setup"]) for p in points}) == 4
+    layer = next(x for x in json.loads(pareto.proto.spec)["layer"] if x["mark"]["type"] == "point")
+    assert layer["encoding"]["shape"]["field"] == "setup"  # the setups are told apart on the plot
+    data = next(d.data.data for d in pareto.proto.datasets if d.name == layer["data"]["name"])
+    points = pa.ipc.open_stream(data).read_all().to_pandas()
+    assert len(set(zip(points.compressor, points.setup))) == len(points) == 4
 
 
 def test_one_setup_shows_no_setup_column(app):
     assert "setup" not in _ranking(app).columns
     assert "fixture-baselines / fp16" in app.selectbox(key="detail").options
+    pareto = next(e for e in app.main if getattr(e, "type", None) == "vega_lite_chart")
+    layer = next(x for x in json.loads(pareto.proto.spec)["layer"] if x["mark"]["type"] == "point")
+    assert "shape" not in layer["encoding"]
