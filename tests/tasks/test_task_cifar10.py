@@ -46,15 +46,6 @@ def test_resident_pool_serves_the_training_set_rows():
     assert int(labels[row[i]]) == int(task.data["train_y"][i])
 
 
-def test_gpu_tier_is_the_fast_recipe():
-    from tasks.cifar10 import Cifar10
-
-    b = Cifar10.tiers["gpu"]
-    assert b.precision == "bf16" and b.target == 0.93 and b.extra["width"] == 64
-    assert b.extra["channels_last"] and b.eval_samples is None and b.train_samples is None
-    assert b.steps * b.batch_size >= 14 * 50_000  # ~15 epochs
-
-
 @pytest.mark.parametrize("plan", ["none", "topk"])
 def test_gpu_tier_options_train_through_the_pipeline(monkeypatch, plan):
     """bf16 autocast + channels_last + label smoothing + device-resident batches, end to end
