@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The GPU measurements of docs/performance.md, in parts that each fit one 10-minute call on a
+# The GPU measurements of docs/performance.md, in parts meant to fit one 10-minute call each on a
 # borrowed GPU machine (no internet there; only the repository and what you carry travel).
 #
 #   bash benchmarks/gpu_session.sh prepare            # HERE, before the first call: fills .gpu_carry/
-#   bash benchmarks/gpu_session.sh check   [OUT]      # on the GPU: gpu-marked tests, versions (~3 min)
-#   bash benchmarks/gpu_session.sh kernels [OUT]      # compressor speed, current code, compiled twins (~4 min)
-#   bash benchmarks/gpu_session.sh baselines [OUT]    # the same with compile off, and the "before" compressors (~4 min)
-#   bash benchmarks/gpu_session.sh tier    [OUT]      # pipeline overhead + CIFAR-10 time to 93% (~5 min)
+#   bash benchmarks/gpu_session.sh check   [OUT]      # on the GPU: gpu-marked tests, versions (est. ~3 min)
+#   bash benchmarks/gpu_session.sh kernels [OUT]      # compressor speed, current code, compiled twins (est. ~4 min)
+#   bash benchmarks/gpu_session.sh baselines [OUT]    # the same with compile off, and the "before" compressors (est. ~4 min)
+#   bash benchmarks/gpu_session.sh tier    [OUT]      # pipeline overhead + CIFAR-10 time to 93% (est. ~5 min)
 #   bash benchmarks/gpu_session.sh matrix  [OUT]      # the gpu tier of the matrix; resumable (repeat)
+# The durations are estimates: no part has run on a GPU yet.
 #
 # OUT defaults to $OUT (the device tool's folder that comes back), else results/gpu. Every part
 # writes its logs and JSON there. `matrix` appends to OUT/gpu-store.jsonl, starting from

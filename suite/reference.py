@@ -13,10 +13,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from tasks import build_task
+from tasks import autocast, build_task
 
 from .config import CellConfig
-from .precision import autocast
 from .trainer import resolve_device
 
 __all__ = ["UnsplitRun", "train_unsplit"]

@@ -21,10 +21,9 @@ from typing import Any, Iterator, Protocol
 import torch
 from torch import Tensor, nn
 
-from tasks import Batch, Task
+from tasks import Batch, Task, autocast
 
 from .boundary import Micro, ReceiverEnd, Received, SenderEnd, Sent, derive_seed
-from .precision import autocast
 from .timing import Clock
 
 __all__ = ["Stage", "GradSync", "NoSync"]

@@ -53,7 +53,7 @@ class Clock:
         self._event_factory = event_factory
         self._device = device
         self._stack: list[_Section] = []  # open sections, innermost last
-        self._marks: list[_Marks] = []  # events mode: this step's closed sections, resolved in snapshot()
+        self._closed: list[_Section] = []  # this step's closed sections, resolved in snapshot()
         self._free: list[Any] = []  # events mode: resolved events, reused
         self.current: dict[str, float] = defaultdict(float)
         self.steps: list[dict[str, float]] = []  # one dict per finished step
@@ -63,11 +63,13 @@ class Clock:
     def uses_events(self) -> bool:
         return self._event_factory is not None
 
-    def _sync(self) -> None:
-        if self._sync_device:
-            torch.cuda.synchronize(self._device)
-
-    def _event(self) -> Any:
+    def _stamp(self) -> Any:
+        """A point in time: a recorded event (events mode) or the host clock (after a device
+        sync in sync mode)."""
+        if self._event_factory is None:
+            if self._sync_device:
+                torch.cuda.synchronize(self._device)
+            return time.perf_counter()
         ev = self._free.pop() if self._free else self._event_factory()
         ev.record()
         return ev
@@ -77,19 +79,23 @@ class Clock:
         return _Section(self, name)
 
     def _resolve(self) -> None:
-        """Events mode: turn this step's event pairs into exclusive seconds (one sync)."""
-        if not self._marks:
+        """Turn this step's closed sections into exclusive seconds (events: one sync)."""
+        if not self._closed:
             return
-        self._marks[-1].end.synchronize()  # events complete in stream order: the last one covers all
-        for m in self._marks:
-            m.elapsed = m.start.elapsed_time(m.end) / 1000.0
-        for m in self._marks:  # children were closed before their parents; subtract them
-            if m.parent is not None:
-                m.parent.child += m.elapsed
-        for m in self._marks:
-            self.current[m.name] += m.elapsed - m.child
-            self._free += (m.start, m.end)
-        self._marks = []
+        if self._event_factory is not None:
+            self._closed[-1].end.synchronize()  # events complete in stream order: the last one covers all
+            for sec in self._closed:
+                sec.elapsed = sec.start.elapsed_time(sec.end) / 1000.0
+                self._free += (sec.start, sec.end)
+        else:
+            for sec in self._closed:
+                sec.elapsed = sec.end - sec.start
+        for sec in self._closed:  # children were closed before their parents; subtract them
+            if sec.parent is not None:
+                sec.parent.child += sec.elapsed
+        for sec in self._closed:
+            self.current[sec.name] += sec.elapsed - sec.child
+        self._closed = []
 
     def snapshot(self, wall_s: float) -> dict[str, float]:
         """Close the current step: store its per-section seconds and its wall time."""
@@ -102,54 +108,31 @@ class Clock:
 
     def discard(self) -> None:
         """Drop what was timed since the last snapshot (evaluation)."""
-        self._resolve()
+        self._closed = []  # never resolved: their events are not reused
         self.current = defaultdict(float)
 
 
-class _Marks:
-    """A closed section in events mode: its events, its parent's marks, its children's time."""
-
-    __slots__ = ("name", "start", "end", "parent", "child", "elapsed")
-
-    def __init__(self, name: str, start: Any, parent: "_Marks | None") -> None:
-        self.name, self.start, self.parent = name, start, parent
-        self.end: Any = None
-        self.child = 0.0
-        self.elapsed = 0.0
-
-
 class _Section:
-    """Context manager of one timed block (a class: cheaper than a generator per message)."""
+    """One timed block, a context manager (a class: cheaper than a generator per message).
 
-    __slots__ = ("clock", "name", "start", "child", "marks")
+    Closed sections wait in ``clock._closed`` until the step ends; ``start``/``end`` are host
+    seconds or CUDA events, ``child`` the time of the sections nested in it."""
+
+    __slots__ = ("clock", "name", "start", "end", "parent", "child", "elapsed")
 
     def __init__(self, clock: Clock, name: str) -> None:
         self.clock, self.name = clock, name
 
     def __enter__(self) -> None:
         c = self.clock
-        if c._event_factory is not None:
-            parent = c._stack[-1].marks if c._stack else None
-            self.marks = _Marks(self.name, c._event(), parent)
-            c._stack.append(self)
-            return
-        c._sync()
+        self.parent = c._stack[-1] if c._stack else None
         self.child = 0.0
         c._stack.append(self)
-        self.start = time.perf_counter()
+        self.start = c._stamp()
 
     def __exit__(self, *exc: object) -> None:
         c = self.clock
-        if c._event_factory is not None:
-            self.marks.end = c._event()
-            c._stack.pop()
-            c._marks.append(self.marks)
-            c.counts[self.name] += 1
-            return
-        c._sync()
-        elapsed = time.perf_counter() - self.start
+        self.end = c._stamp()
         c._stack.pop()
-        c.current[self.name] += elapsed - self.child
-        if c._stack:
-            c._stack[-1].child += elapsed
+        c._closed.append(self)
         c.counts[self.name] += 1

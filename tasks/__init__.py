@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import importlib
 
-from .api import PRECISIONS, TIERS, Batch, DataMissingError, Metric, Task, TaskError, TierBudget, default_data_dir
+from .api import PRECISIONS, TIERS, Batch, autocast, DataMissingError, Metric, Task, TaskError, TierBudget, default_data_dir
 
 __all__ = [
     "TIERS",
     "PRECISIONS",
+    "autocast",
     "Batch",
     "DataMissingError",
     "Metric",

@@ -20,10 +20,11 @@ token-embedding term. Nothing but the one activation tensor crosses a boundary.
 from __future__ import annotations
 
 import abc
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Mapping
+from typing import Any, ClassVar, ContextManager, Iterator, Mapping
 
 import torch
 from torch import Tensor, nn
@@ -31,6 +32,7 @@ from torch import Tensor, nn
 __all__ = [
     "TIERS",
     "PRECISIONS",
+    "autocast",
     "Batch",
     "Metric",
     "TierBudget",
@@ -45,6 +47,21 @@ TIERS = ("smoke", "quick", "gpu", "full")
 bf16 autocast, data resident on the device (see docs/performance.md)."""
 
 PRECISIONS = ("fp32", "bf16")
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None) -> ContextManager[object]:
+    """The context a tier's forward (and loss, and evaluation) runs in: ``torch.autocast``
+    with ``dtype`` (``TierBudget.autocast_dtype``), or a no-op for fp32 tiers.
+
+    Parameters, gradients and optimizer state stay fp32 (bf16 needs no loss scaling); what
+    crosses a stage boundary is whatever autocast produced (bf16 activations, and from
+    autograd bf16 activation gradients), so compressors see and the meter counts what a bf16
+    pipeline really sends. The pipeline stages, the unsplit reference and ``tasks.standalone``
+    all use this one context, so they stay comparable.
+    """
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 class TaskError(ValueError):

@@ -17,15 +17,9 @@ from dataclasses import replace
 
 import torch
 
-from .api import TIERS, Batch, Task
+from .api import TIERS, Batch, Task, autocast
 
 __all__ = ["train", "evaluate", "main"]
-
-
-def _autocast(task: Task, device: torch.device):
-    """The tier's autocast context (a no-op for fp32 tiers), as the pipeline runtime uses it."""
-    dtype = task.budget.autocast_dtype
-    return torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
 
 
 def _forward(stages: list[torch.nn.Module], batch: Batch) -> torch.Tensor:
@@ -44,7 +38,7 @@ def evaluate(task: Task, stages: list[torch.nn.Module]) -> float:
     device = next(stages[0].parameters()).device
     for batch in task.eval_batches():
         batch = batch.to(device)
-        with _autocast(task, device):
+        with autocast(device, task.budget.autocast_dtype):
             s, c = task.metric_sums(_forward(stages, batch), batch.targets)
         total, count = total + s, count + c
     for s in stages:
@@ -68,7 +62,7 @@ def train(task: Task, n_stages: int | None = None, log=print, device: str | torc
     t0 = time.perf_counter()
     for step, batch in enumerate(task.train_batches()):
         for micro in batch.to(device).split(b.microbatches):
-            with _autocast(task, device):
+            with autocast(device, task.budget.autocast_dtype):
                 loss = task.loss(_forward(stages, micro), micro.targets)
             (loss / b.microbatches).backward()
             losses.append(loss.detach())  # read at evaluation: no device sync per micro-batch
