@@ -1,8 +1,8 @@
 """Pipeline overhead: the ``none`` pipeline in single-process mode vs. the unsplit model.
 
 Both train the same task, stages, optimizers and micro-batches for the same steps:
-``suite.reference.train_unsplit`` composes the stages in one autograd graph (the
-baseline), ``suite.runtime.run`` runs them as a pipeline (schedule, boundary ends,
+``suite.pipeline.reference.train_unsplit`` composes the stages in one autograd graph (the
+baseline), ``suite.pipeline.runtime.run`` runs them as a pipeline (schedule, boundary ends,
 ``none`` compressor, LocalTransport framing, per-section clocks). The measured quantity is
 the *step time*: the mean wall-clock of a training step excluding the first step (warm-up)
 as both report it, minimum over rounds. ``extra_info`` of the pipeline benchmark holds
@@ -37,9 +37,9 @@ import torch
 
 from _harness import cpu_clock
 from conftest import devices
-from suite.config import CellConfig, CompressionPlan
-from suite.reference import train_unsplit
-from suite.runtime import run
+from suite.pipeline.config import CellConfig, CompressionPlan
+from suite.pipeline.reference import train_unsplit
+from suite.pipeline.runtime import run
 from tasks import DataMissingError
 
 TINY_TASK = str(Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "tiny_task.py")

@@ -166,7 +166,7 @@ def to_frame(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
       modeled ``time_to_target_s@<profile>`` (NaN: target not reached) and ``total_s@<profile>``
       for every network profile present in any record.
     - ``warnings`` (list of one-line strings, e.g. a payload larger than the raw tensor; see
-      ``suite.record_builder.expansion_warnings``) and ``n_warnings`` (its length).
+      ``suite.bench.record_builder.expansion_warnings``) and ``n_warnings`` (its length).
     - run / provenance: ``spec_forward, spec_backward, spec_dp, n_stages, dp, microbatches,
       schedule, steps, mode, device, git_commit, git_dirty, mpcbench_version, plugin_hash,
       torch, cuda, gpu, cpu``.
@@ -297,12 +297,12 @@ _UNIT = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 
 def profile_bandwidth_bps(name: str) -> float:
     """Bandwidth of a profile, parsed from its name (``"100Gbps"`` -> 1e11), else looked up in
-    ``suite.network.PROFILES``; NaN if neither works."""
+    ``suite.results.network.PROFILES``; NaN if neither works."""
     m = _BW.search(name)
     if m:
         return float(m.group(1)) * _UNIT[m.group(2).lower()]
     try:
-        from suite.network import PROFILES  # the runtime's table; optional for the leaderboard
+        from suite.results.network import PROFILES  # the runtime's table; optional for the leaderboard
 
         return float(PROFILES[name].bandwidth_bps)
     except Exception:  # noqa: BLE001 - the leaderboard must open without the runtime

@@ -5,7 +5,7 @@ file or record is skipped with a one-line :class:`Problem` (shown on the page an
 ``mpcbench validate``) and everything else still loads. Nothing is ever executed or
 constructed from a file: YAML goes through ``yaml.safe_load`` only (a ``!!python/...`` tag
 is an error), JSON through ``json.loads``, every record through
-:func:`suite.records.validate_record`, and sizes are capped before parsing.
+:func:`suite.results.records.validate_record`, and sizes are capped before parsing.
 
 The submission layout (documented in ``records/README.md`` and ``docs/leaderboard.md``)::
 
@@ -38,7 +38,7 @@ from typing import Any, Iterable
 
 import yaml
 
-from suite.records import RecordError, validate_record
+from suite.results.records import RecordError, validate_record
 
 __all__ = [
     "Problem",

@@ -1,12 +1,12 @@
 """The benchmark matrix as pytest tests: ``pytest suite --tier quick``.
 
-One test per cell (parametrized by ``suite.pytest_plugin``). A cell
+One test per cell (parametrized by ``suite.bench.pytest_plugin``). A cell
 
 - is skipped when its compressor does not apply to the task (reason given), when it needs
   a GPU the machine does not have, or when the results store already holds an ``ok`` record
   with the same cell key ("already in store": rerunning an interrupted matrix finishes only
   the missing cells);
-- otherwise runs in an isolated child process (``suite.cell.run_cell``) timed by
+- otherwise runs in an isolated child process (``suite.bench.cell.run_cell``) timed by
   pytest-benchmark (one round, one iteration: a training run is not a microbenchmark), and
   its record is appended to the store whatever happened;
 - fails if the run failed, timed out, or produced non-finite metrics, with the one-line
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import pytest
 
-from suite.cell import run_cell
-from suite.matrix import missing_device
-from suite.runner import ALREADY_IN_STORE, summarize_record
+from suite.bench.cell import run_cell
+from suite.bench.matrix import missing_device
+from suite.bench.runner import ALREADY_IN_STORE, summarize_record
 
 
 def test_cell(mpcbench_cell, mpcbench_store, benchmark) -> None:

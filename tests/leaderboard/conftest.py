@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from suite.config import CellConfig, CompressionPlan
-from suite.records import SCHEMA, validate_record
+from suite.pipeline.config import CellConfig, CompressionPlan
+from suite.results.records import SCHEMA, validate_record
 
 TASKS = {
     # task: (metric, higher_is_better, target, base quality, steps)

@@ -43,7 +43,7 @@ def faulty_registry() -> Iterator[None]:
     elsewhere that iterate over ``compressors.available()`` never meet them."""
     from compressors import registry
     from compressors.registry import load_plugin
-    from suite.matrix import _plugin_module
+    from suite.bench.matrix import _plugin_module
 
     registry.discover()
     saved = dict(registry._REGISTRY)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from fixtures.processes import processes_with_env  # noqa: F401  (re-exported for the tests)
-from suite.config import CellConfig, CompressionPlan
+from suite.pipeline.config import CellConfig, CompressionPlan
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TINY = str(FIXTURES / "tiny_task.py")
@@ -89,9 +89,9 @@ def tiny_config(spec: str | dict[str, Any] = "none", **fields: Any) -> CellConfi
 
 def run_in_process(config: CellConfig, tmp: Path) -> dict[str, Any]:
     """The cell's record, produced in this process by exactly what the cell child runs
-    (``suite.cell.execute``: validate, import plugins, train) and what the runner does with
-    its output (``suite.cell.interpret``). Saves a child process start per cell."""
-    from suite.cell import execute, interpret
+    (``suite.bench.cell.execute``: validate, import plugins, train) and what the runner does with
+    its output (``suite.bench.cell.interpret``). Saves a child process start per cell."""
+    from suite.bench.cell import execute, interpret
 
     tmp.mkdir(parents=True, exist_ok=True)
     cfg_file, out_file = tmp / "config.json", tmp / "result.json"

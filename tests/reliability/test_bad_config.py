@@ -5,7 +5,7 @@ compressor names, bad or out-of-range parameters and settings. Each must exit wi
 and exactly one ``mpcbench: error: ...`` line on stderr, write no results store and no cell
 log, and never reach a cell: the runner's ``run_cell`` and the runtime's ``train`` are
 replaced by tripwires. The same for ``pytest suite`` (a one-line collection error) and for
-``suite.runtime.run`` called directly with a bad ``CellConfig``.
+``suite.pipeline.runtime.run`` called directly with a bad ``CellConfig``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from reliability_support import TINY
-from suite.cli import main
+from suite.bench.cli import main
 
 pytest_plugins = ["pytester"]
 
@@ -33,9 +33,9 @@ def no_training(monkeypatch):
     def trip(*args, **kwargs):
         raise Tripwire("training started despite a bad configuration")
 
-    monkeypatch.setattr("suite.runner.run_cell", trip)
-    monkeypatch.setattr("suite.runtime.train", trip)
-    monkeypatch.setattr("suite.runtime.run_single", trip)
+    monkeypatch.setattr("suite.bench.runner.run_cell", trip)
+    monkeypatch.setattr("suite.pipeline.runtime.train", trip)
+    monkeypatch.setattr("suite.pipeline.runtime.run_single", trip)
 
 
 def _cli_error(capsys, tmp_path, args: list[str]) -> str:
@@ -150,8 +150,8 @@ def test_pytest_entry_reports_a_bad_matrix_in_one_line(pytester, tally):
     ],
 )
 def test_runtime_refuses_a_bad_cell_config_before_training(no_training, tally, fields, expected):
-    from suite.config import CellConfig, ConfigError
-    from suite.runtime import run
+    from suite.pipeline.config import CellConfig, ConfigError
+    from suite.pipeline.runtime import run
 
     with tally.fault("bad configuration", f"CellConfig: {', '.join(f'{k}={v!r}' for k, v in fields.items())}"):
         with pytest.raises(ConfigError) as err:

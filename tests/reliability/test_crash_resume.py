@@ -18,9 +18,9 @@ import uuid
 import pytest
 
 from reliability_support import MARKER_ENV, TINY, processes_with_env, wait_until
-from suite.cli import main
-from suite.records import validate_record
-from suite.store import read_jsonl
+from suite.bench.cli import main
+from suite.results.records import validate_record
+from suite.bench.store import read_jsonl
 
 pytestmark = pytest.mark.distributed  # several processes (runner + one child per cell)
 

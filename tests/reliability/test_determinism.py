@@ -1,7 +1,7 @@
 """Determinism: the same cell with the same seed on CPU gives identical metrics and bytes.
 
-Each cell runs twice through what a cell child runs (``suite.cell.execute``) and the runner's
-reading of it (``suite.cell.interpret``), and the two records must agree exactly on
+Each cell runs twice through what a cell child runs (``suite.bench.cell.execute``) and the runner's
+reading of it (``suite.bench.cell.interpret``), and the two records must agree exactly on
 everything measured except wall-clock: final metric, the whole curve (metric, uncompressed
 metric, training loss), bytes per direction, per boundary and per step, compression ratios,
 compressor state. The compressors cover randomness drawn from ``info.seed`` (stochastic

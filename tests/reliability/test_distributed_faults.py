@@ -35,8 +35,8 @@ pytestmark = pytest.mark.distributed
 COMM_TIMEOUT_S = 20.0  # rank 0's receive from the dead rank fails on the closed connection long before this
 RUNNER = """
 import json, sys
-from suite.cell import run_cell
-from suite.config import CellConfig, CompressionPlan
+from suite.bench.cell import run_cell
+from suite.pipeline.config import CellConfig, CompressionPlan
 
 cfg = CellConfig.from_dict(json.loads({config!r}))
 rec = run_cell(cfg, log_dir={logs!r})
@@ -45,7 +45,7 @@ print("RECORD " + json.dumps(rec), flush=True)
 
 
 def _config():
-    from suite.config import CellConfig, CompressionPlan
+    from suite.pipeline.config import CellConfig, CompressionPlan
 
     return CellConfig(
         task="tiny", plan=CompressionPlan("none", "fault_killme(rank=1, step=1)"), stages=2, mode="torchrun", steps=3,
@@ -73,10 +73,10 @@ def _wait_for_pid(proc: subprocess.Popen, pid_file) -> int:
 
 
 def test_stage_process_killed_mid_step_fails_the_run_in_time(faulty_registry, tmp_path, monkeypatch, tally):
-    """In this process through ``suite.runtime.run`` (what a cell child calls): the RunError's
+    """In this process through ``suite.pipeline.runtime.run`` (what a cell child calls): the RunError's
     one line is what the cell's record gets as its reason."""
-    from suite.errors import RunError
-    from suite.runtime import run
+    from suite.pipeline.errors import RunError
+    from suite.pipeline.runtime import run
 
     marker = uuid.uuid4().hex
     pid_dir = tmp_path / "pids"

@@ -4,9 +4,9 @@ with a one-line reason that names the fault, and the rest of the matrix and the 
 Two layers:
 
 - every fault, in process: the cell runs through exactly the code its child process runs
-  (``suite.cell.execute``) and the runner's reading of the outcome (``suite.cell.interpret``),
+  (``suite.bench.cell.execute``) and the runner's reading of the outcome (``suite.bench.cell.interpret``),
   so each specific reason is checked without paying a process start per fault;
-- a small matrix through the real runner (``suite.runner.run_cells``: one child process per
+- a small matrix through the real runner (``suite.bench.runner.run_cells``: one child process per
   cell, time limits, the results store): a raising plugin, a plugin too slow for its cell's
   time limit and a plugin module that does not import, next to a healthy baseline.
 
@@ -27,8 +27,8 @@ import pytest
 import torch
 
 from reliability_support import FAULTY, TINY, UNIMPORTABLE, run_in_process, tiny_config
-from suite.records import validate_record
-from suite.store import ResultsStore, read_jsonl
+from suite.results.records import validate_record
+from suite.bench.store import ResultsStore, read_jsonl
 
 CONSISTENCY = {"MPCBENCH_CHECK_CONSISTENCY": "1"}
 
@@ -136,8 +136,8 @@ def test_store_holds_every_cell_and_stays_valid(in_process, tally):
 
 
 def test_unimportable_plugin_fails_only_its_cells(faulty_registry, tmp_path, tally):
-    from suite.cell import run_cell
-    from suite.matrix import Selection, plan_cells
+    from suite.bench.cell import run_cell
+    from suite.bench.matrix import Selection, plan_cells
 
     with tally.fault("plugin (in process)", "fault_unimportable"):
         sel = Selection(tasks=("tiny",), compressors=("fault_unimportable", "fp16"), plugins=(TINY, UNIMPORTABLE), steps=2)
@@ -159,8 +159,8 @@ def test_unimportable_plugin_fails_only_its_cells(faulty_registry, tmp_path, tal
 def test_faulty_cells_in_a_matrix_through_the_runner(faulty_registry, tmp_path, tally):
     """none + a raising plugin + a plugin too slow for its time limit + a plugin that does not
     import: the faulty cells fail (or time out) alone, the baseline finishes, the store is valid."""
-    from suite.matrix import Selection, plan_cells
-    from suite.runner import run_cells
+    from suite.bench.matrix import Selection, plan_cells
+    from suite.bench.runner import run_cells
 
     slow, limit = "fault_slow(seconds=5)", 3.0  # cells start in milliseconds from the runner's fork server
     cells = plan_cells(
@@ -272,7 +272,7 @@ def test_plugin_hanging_at_import_fails_only_its_cell_through_mpcbench_run(tmp_p
 def test_check_consistency_config_field_turns_the_check_on(faulty_registry, tmp_path, monkeypatch):
     """``CellConfig.check_consistency`` (what ``--check-consistency`` sets) turns the check on for
     its run only, is recorded, and does not change the cell key."""
-    from suite.boundary import CONSISTENCY_ENV
+    from suite.pipeline.boundary import CONSISTENCY_ENV
 
     monkeypatch.delenv(CONSISTENCY_ENV, raising=False)
     on = run_in_process(tiny_config("fault_diverge", check_consistency=True), tmp_path / "on")
@@ -290,8 +290,8 @@ def test_check_consistency_config_field_turns_the_check_on(faulty_registry, tmp_
 def test_check_consistency_flag_fails_a_divergent_cell_through_the_cli(faulty_registry, tmp_path, capsys, tally):
     """``mpcbench run --check-consistency``: the choice reaches the cell processes; the divergent
     plugin's cell fails with a one-line reason, the healthy baseline passes the check."""
-    from suite.boundary import CONSISTENCY_ENV
-    from suite.cli import main
+    from suite.pipeline.boundary import CONSISTENCY_ENV
+    from suite.bench.cli import main
 
     store = tmp_path / "store.jsonl"
     with tally.fault("plugin (runner)", "fault_diverge (--check-consistency)"):
@@ -325,9 +325,9 @@ def test_check_consistency_flag_fails_a_divergent_cell_through_the_cli(faulty_re
 )
 def test_data_parallel_gradient_path_checks_the_same(faulty_registry, world_of_one, tally, spec, reason):
     from compressors.api import CompressorError
-    from suite.accounting import ByteMeter
-    from suite.data_parallel import CompressedReduce
-    from suite.timing import Clock
+    from suite.pipeline.accounting import ByteMeter
+    from suite.pipeline.data_parallel import CompressedReduce
+    from suite.pipeline.timing import Clock
 
     hook = CompressedReduce(spec, stage=0, group=world_of_one, meter=ByteMeter(), clock=Clock(torch.device("cpu")), seed=0)
     with tally.fault("plugin (data-parallel hook)", spec):
@@ -359,7 +359,7 @@ def _builtin_plans() -> list[str]:
 @pytest.mark.parametrize("plan", _builtin_plans())
 def test_consistency_check_passes_every_builtin(faulty_registry, tmp_path, monkeypatch, plan):
     """The debug check must not flag correct compressors (sender and receiver agree)."""
-    from suite.runtime import run
+    from suite.pipeline.runtime import run
 
     fwd, bwd = plan.split("|")
     monkeypatch.setenv("MPCBENCH_CHECK_CONSISTENCY", "1")

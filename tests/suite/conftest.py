@@ -12,7 +12,7 @@ from typing import Any, Callable
 import pytest
 
 from compressors.registry import load_plugin
-from suite.config import CellConfig, CompressionPlan
+from suite.pipeline.config import CellConfig, CompressionPlan
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TINY_TASK = str(FIXTURES / "tiny_task.py")

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from suite.cell import execute, interpret, run_cell
-from suite.config import CellConfig, CompressionPlan
-from suite.records import validate_record
-from suite.store import ResultsStore, read_jsonl
+from suite.bench.cell import execute, interpret, run_cell
+from suite.pipeline.config import CellConfig, CompressionPlan
+from suite.results.records import validate_record
+from suite.bench.store import ResultsStore, read_jsonl
 
 TINY = str(Path(__file__).resolve().parents[1] / "fixtures" / "tiny_task.py")
 
@@ -33,7 +33,7 @@ FAKE_RUNTIME = textwrap.dedent(
     """Fake runtimes for test_cell.py: each misbehaves in one way."""
     import ctypes, os, subprocess, sys, time
     PIDFILE = "@PIDFILE@"
-    from suite.result import ByteCounts, EvalPoint, RunResult, TimeSplit
+    from suite.pipeline.result import ByteCounts, EvalPoint, RunResult, TimeSplit
 
     def _result(metric=0.5):
         return RunResult(
@@ -139,8 +139,8 @@ def _kill_runner_mid_cell(fake_dir: Path) -> dict:
     runtime = _fake_runtime(fake_dir, pidfile)
     script = textwrap.dedent(
         f"""
-        from suite.cell import run_cell
-        from suite.config import CellConfig
+        from suite.bench.cell import run_cell
+        from suite.pipeline.config import CellConfig
         run_cell(CellConfig(task="tiny", plugins=({TINY!r},)), log_dir={str(fake_dir / "orphan")!r},
                  time_limit_s=600, runtime={runtime + ":hang"!r})
         """
@@ -252,7 +252,7 @@ def test_interpret_without_output_and_timeouts():
 
 
 def test_broken_plugin_cell_is_recorded_without_running(tmp_path):
-    from suite.matrix import PlannedCell
+    from suite.bench.matrix import PlannedCell
 
     rec = run_cell(PlannedCell(_config(), error="plugin 'x.py' failed to import: ImportError: nope"), log_dir=tmp_path)
     assert rec["status"] == "failed" and rec["error"].startswith("plugin 'x.py' failed to import")
@@ -281,7 +281,7 @@ def test_fork_server_refuses_to_fork_after_cuda_initialized(monkeypatch):
     (the runner then spawns the cell) instead of handing out a broken child."""
     import torch
 
-    from suite.forkserver import fork_unsafe_reason
+    from suite.bench.forkserver import fork_unsafe_reason
 
     assert fork_unsafe_reason() is None  # the test process never touched CUDA
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from compressors import registry
-from suite.cli import main
-from suite.store import ResultsStore, dump_record, read_jsonl
+from suite.bench.cli import main
+from suite.bench.store import ResultsStore, dump_record, read_jsonl
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = str(REPO / "tests" / "fixtures" / "tiny_task.py")
@@ -130,7 +130,7 @@ def test_validate_problems_and_entries(capsys, tmp_path):
     m.write_text("schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [cifar10], seeds: 1, compressors: [topk(ratio=9)]}\n")
     rc, out, _ = cli(capsys, "validate", str(m))
     assert rc == 1 and "ratio=9 must be a number in" in out
-    rc, _, err = cli(capsys, "validate", str(REPO / "suite" / "matrix.yaml"))
+    rc, _, err = cli(capsys, "validate", str(REPO / "suite" / "bench" / "matrix.yaml"))
     assert rc == 0, err
 
 
@@ -164,8 +164,8 @@ def test_python_m_suite_is_the_cli():
 
 
 def test_check_consistency_flag_is_parsed_into_every_cell_without_changing_keys(restore_registry):
-    from suite.cli import _selection, build_parser
-    from suite.matrix import plan_cells
+    from suite.bench.cli import _selection, build_parser
+    from suite.bench.matrix import plan_cells
 
     base = ["run", "--task", "tiny", "--plugin", TINY, "--compressor", "fp16"]
     on = plan_cells(_selection(build_parser().parse_args([*base, "--check-consistency"])))

@@ -11,9 +11,9 @@ from torch import nn
 
 from compressors import available, build
 from compressors.api import TensorInfo, TensorRole
-from suite.accounting import ByteMeter
-from suite.data_parallel import CompressedReduce, wrap_stage
-from suite.timing import Clock
+from suite.pipeline.accounting import ByteMeter
+from suite.pipeline.data_parallel import CompressedReduce, wrap_stage
+from suite.pipeline.timing import Clock
 
 
 def _hook(spec: str, meter: ByteMeter) -> CompressedReduce:

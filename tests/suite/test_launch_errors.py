@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from suite.config import CellConfig
-from suite.launch import _absolute_plugins, _failure_line
+from suite.pipeline.config import CellConfig
+from suite.pipeline.launch import _absolute_plugins, _failure_line
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from compressors.registry import available, get_class
-from suite.matrix import MATRIX_PATH, MatrixError, Selection, load_matrix, parse_seeds, plan_cells
+from suite.bench.matrix import MATRIX_PATH, MatrixError, Selection, load_matrix, parse_seeds, plan_cells
 
 TINY = str(Path(__file__).resolve().parents[1] / "fixtures" / "tiny_task.py")
 BUILTIN_TASKS = ("cifar10", "sst2", "shakespeare")

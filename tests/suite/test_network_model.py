@@ -1,4 +1,4 @@
-"""The pipeline timing model (suite.network): profiles, bubble, monotonicity, a hand-computed case."""
+"""The pipeline timing model (suite.results.network): profiles, bubble, monotonicity, a hand-computed case."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from suite.network import (
+from suite.results.network import (
     PROFILES,
     DPLoad,
     LinkLoad,

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from compressors import available
-from suite.errors import RunError, RunTimeout
-from suite.result import RunResult
-from suite.runtime import run
+from suite.pipeline.errors import RunError, RunTimeout
+from suite.pipeline.result import RunResult
+from suite.pipeline.runtime import run
 
 pytestmark = pytest.mark.distributed
 

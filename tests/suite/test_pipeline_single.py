@@ -10,14 +10,14 @@ import torch
 
 from compressors import Compressor, CompressorError, available, build, register
 from compressors.api import TensorInfo, TensorRole
-from suite import boundary as boundary_mod
-from suite.config import ConfigError
-from suite.errors import RunTimeout
-from suite.network import PROFILES, TimingInputs, model_run
-from suite.reference import train_unsplit
-from suite.result import RunResult
-from suite.runtime import run
-from suite.transport import PREFIX_NBYTES, LocalTransport, frame
+from suite.pipeline import boundary as boundary_mod
+from suite.pipeline.config import ConfigError
+from suite.pipeline.errors import RunTimeout
+from suite.results.network import PROFILES, TimingInputs, model_run
+from suite.pipeline.reference import train_unsplit
+from suite.pipeline.result import RunResult
+from suite.pipeline.runtime import run
+from suite.pipeline.transport import PREFIX_NBYTES, LocalTransport, frame
 
 # tiny task: micro-batch activations are (4, 32) fp32 = 512 bytes; a message adds an 8-byte
 # length prefix and a 36-byte header (int32: dtype, ndim, 2 dims, n, dtype, ndim, 2 dims)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from suite.reference import train_unsplit
-from suite.runtime import run
-from suite.transport import LocalTransport
+from suite.pipeline.reference import train_unsplit
+from suite.pipeline.runtime import run
+from suite.pipeline.transport import LocalTransport
 
 ACT_BYTES = 4 * 32 * 4  # a tiny micro-batch activation (4, 32) in fp32
 

@@ -10,9 +10,9 @@ import subprocess
 import pytest
 import torch
 
-import suite.provenance as prov
-from suite.config import CellConfig, CompressionPlan
-from suite.record_builder import failed_record
+import suite.bench.provenance as prov
+from suite.pipeline.config import CellConfig, CompressionPlan
+from suite.bench.record_builder import failed_record
 
 
 pytestmark = pytest.mark.usefixtures("restore_registry")

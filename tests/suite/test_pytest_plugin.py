@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from suite.store import read_jsonl
+from suite.bench.store import read_jsonl
 
 pytest_plugins = ["pytester"]
 # inner runs: no cache, and no hypothesis plugin (its summary re-imports hypothesis on every run)

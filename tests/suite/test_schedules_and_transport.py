@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from suite.accounting import ByteMeter
-from suite.schedules import Action, check_schedule, get_schedule, gpipe, one_f_one_b
-from suite.transport import PREFIX_NBYTES, LocalTransport, TransportError, frame, frame_nbytes, unframe
+from suite.pipeline.accounting import ByteMeter
+from suite.pipeline.schedules import Action, check_schedule, get_schedule, gpipe, one_f_one_b
+from suite.pipeline.transport import PREFIX_NBYTES, LocalTransport, TransportError, frame, frame_nbytes, unframe
 
 
 # --------------------------------------------------------------------------- schedules

@@ -14,9 +14,9 @@ import time
 import pandas as pd
 import pytest
 
-from suite.config import CellConfig, CompressionPlan
-from suite.record_builder import failed_record
-from suite.store import ResultsStore, StoreError, dump_record, read_jsonl
+from suite.pipeline.config import CellConfig, CompressionPlan
+from suite.bench.record_builder import failed_record
+from suite.bench.store import ResultsStore, StoreError, dump_record, read_jsonl
 
 
 def _record(seed: int = 0, status: str = "failed", spec: str = "none") -> dict:
@@ -121,7 +121,7 @@ def test_sigkill_during_appends_leaves_a_valid_store(tmp_path):
         f"""
         import sys
         sys.path.insert(0, {str(tmp_path)!r})
-        from suite.store import ResultsStore
+        from suite.bench.store import ResultsStore
         from test_store_helper import rec
         s = ResultsStore({str(path)!r})
         i = 0

@@ -1,4 +1,4 @@
-"""suite.timing.Clock: exclusive section times, on the host clock and with (fake) device events.
+"""suite.pipeline.timing.Clock: exclusive section times, on the host clock and with (fake) device events.
 
 A fake clock drives both modes, so the arithmetic is checked exactly, without sleeping.
 """
@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from suite import timing
-from suite.timing import CLOCK_ENV, Clock
+from suite.pipeline import timing
+from suite.pipeline.timing import CLOCK_ENV, Clock
 
 
 class FakeTime:

@@ -51,9 +51,9 @@ def test_gpu_tier_options_train_through_the_pipeline(monkeypatch, plan):
     """bf16 autocast + channels_last + label smoothing + device-resident batches, end to end
     through the runtime, at smoke size (the gpu tier's settings on the smoke budget)."""
     require_data("cifar10")
-    from suite.config import CellConfig, CompressionPlan
-    from suite.reference import train_unsplit
-    from suite.runtime import run
+    from suite.pipeline.config import CellConfig, CompressionPlan
+    from suite.pipeline.reference import train_unsplit
+    from suite.pipeline.runtime import run
     from tasks.cifar10 import Cifar10
 
     smoke, gpu = Cifar10.tiers["smoke"], Cifar10.tiers["gpu"]

@@ -8,8 +8,8 @@ import math
 import pytest
 from _taskdata import require_data
 
-from suite.config import CellConfig, CompressionPlan
-from suite.runtime import run
+from suite.pipeline.config import CellConfig, CompressionPlan
+from suite.pipeline.runtime import run
 
 
 @pytest.mark.distributed

@@ -1,7 +1,7 @@
 """torchrun entry point: one process = one stage of one data-parallel replica.
 
     python -m torch.distributed.run --standalone --nproc-per-node=<stages*dp> \\
-        -m suite.worker --config <cell.json> --out <run dir>
+        -m suite.pipeline.worker --config <cell.json> --out <run dir>
 
 Each rank initializes the process group (gloo on CPU, NCCL on CUDA, timeout =
 ``comm_timeout_s``), loads the config's plugins, trains its stage, and sends its report to

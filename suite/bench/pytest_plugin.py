@@ -51,7 +51,7 @@ OPTIONS: list[tuple[str, str, dict[str, Any]]] = [
     ("--data-dir", "mpcbench_data_dir", dict(default=None, help="data directory (default $MPCBENCH_DATA_DIR or ../shared/data)")),
     ("--cell-timeout", "mpcbench_cell_timeout", dict(default=None, type=float, help="per-cell time limit in seconds (default: the tier's)")),
     ("--no-baseline", "mpcbench_no_baseline", dict(action="store_true", default=False, help="with --compressor: do not add the 'none' baseline")),
-    ("--matrix", "mpcbench_matrix", dict(default=None, help="matrix YAML (default suite/matrix.yaml)")),
+    ("--matrix", "mpcbench_matrix", dict(default=None, help="matrix YAML (default suite/bench/matrix.yaml)")),
     (
         "--check-consistency",
         "mpcbench_check_consistency",
@@ -87,7 +87,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def selection_from_pytest(config: pytest.Config):
-    """The :class:`suite.matrix.Selection` the command line asks for."""
+    """The :class:`suite.bench.matrix.Selection` the command line asks for."""
     from .matrix import Selection, parse_seeds
 
     opt = config.option

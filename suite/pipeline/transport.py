@@ -10,7 +10,7 @@ contiguous uint8 buffer::
 and sent as two tensors: an 8-byte int64 length prefix, then the buffer. The receiver
 needs nothing else (variable-size payloads such as threshold sparsification just work).
 The wire bytes of a message are exactly the sizes of those two tensors; the transport
-records them in the :class:`~suite.accounting.ByteMeter` at the moment it hands them to
+records them in the :class:`~suite.pipeline.accounting.ByteMeter` at the moment it hands them to
 the backend. A message is one transfer for the network model's per-message latency.
 
 :class:`DistTransport` uses ``torch.distributed.isend`` / ``recv`` (gloo on CPU, NCCL on

@@ -3,7 +3,7 @@
 ``mode="single"``: every stage in this process on one device, connected by a
 ``LocalTransport`` that frames and counts messages exactly as the distributed transport
 does (same compressor instances per end, same bytes). ``mode="torchrun"``: one process per
-(stage, replica) under ``torch.distributed.run`` (see ``suite.launch``).
+(stage, replica) under ``torch.distributed.run`` (see ``suite.pipeline.launch``).
 
 Errors: an invalid config raises ``ConfigError`` before anything runs; a failed torchrun
 job raises ``RunError`` (``RunTimeout`` past ``time_limit_s``) with one line naming the

@@ -2,7 +2,7 @@
 
 Starting a cell from a bare interpreter costs seconds before any training: importing torch,
 ``torch._dynamo`` (pulled in by the first optimizer), torchvision and transformers. On the
-small tiers that is most of a cell's time. The fork server (``python -m suite.forkserver``)
+small tiers that is most of a cell's time. The fork server (``python -m suite.bench.forkserver``)
 imports them once; every cell is then a ``fork()`` of it, so a child starts in milliseconds
 with the libraries already loaded and nothing else: no plugin, task data, model or CUDA
 context is ever created in the server (so forking is safe), each child imports its own
@@ -19,7 +19,7 @@ Protocol, one JSON object per line. Runner -> server: ``{"argv": [...], "log": p
 ``{"started": pid}`` per request (or ``{"error": reason}``) and ``{"exited": pid, "status":
 code}`` (negative: killed by that signal) when a child ends.
 
-``suite.cell`` uses it on Linux; ``MPCBENCH_ISOLATION=spawn`` (or a platform without
+``suite.bench.cell`` uses it on Linux; ``MPCBENCH_ISOLATION=spawn`` (or a platform without
 ``fork``) runs every cell in a freshly spawned interpreter instead.
 """
 
@@ -43,7 +43,7 @@ __all__ = ["ForkServer", "Child", "PRELOAD", "get_server", "shutdown", "fork_uns
 # imported once by the server; a module that fails to import is skipped (its cells will say why).
 # A request can name more (the cell's task module, e.g. tasks.sst2 -> transformers): imported
 # before that fork and kept for the next children.
-PRELOAD = ("torch", "torch._dynamo", "torch.distributed", "compressors.builtins", "suite.runtime", "suite.cell")
+PRELOAD = ("torch", "torch._dynamo", "torch.distributed", "compressors.builtins", "suite.pipeline.runtime", "suite.bench.cell")
 READY_TIMEOUT_S = 600.0
 
 
@@ -72,7 +72,7 @@ class ForkServer:
     def __init__(self, env: dict[str, str]) -> None:
         self.env = dict(env)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "suite.forkserver", str(os.getpid())],
+            [sys.executable, "-m", "suite.bench.forkserver", str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -279,7 +279,7 @@ def serve(runner: int) -> None:
     for name in PRELOAD:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
-    from suite.cell import child_entry  # the same code path a spawned cell runs
+    from suite.bench.cell import child_entry  # the same code path a spawned cell runs
 
     _send({"ready": os.getpid()})
     children: set[int] = set()

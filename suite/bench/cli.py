@@ -336,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list compressors, tasks and tiers")
     p.add_argument("what", nargs="*", choices=["compressors", "tasks", "tiers"], help="what to list (default: all)")
     p.add_argument("--plugin", action="append", default=[], help="plugin module or .py file to import first (repeatable)")
-    p.add_argument("--matrix", default=None, help="matrix YAML (default suite/matrix.yaml)")
+    p.add_argument("--matrix", default=None, help="matrix YAML (default suite/bench/matrix.yaml)")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("run", help="run one cell or a matrix into the results store")
@@ -361,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=None, help="data directory (default $MPCBENCH_DATA_DIR, else ../shared/data)")
     p.add_argument("--cell-timeout", type=float, default=None, help="per-cell time limit in seconds (default: the tier's)")
     p.add_argument("--no-baseline", action="store_true", help="with --compressor/--forward: do not add the 'none' baseline")
-    p.add_argument("--matrix", default=None, help="matrix YAML (default suite/matrix.yaml)")
+    p.add_argument("--matrix", default=None, help="matrix YAML (default suite/bench/matrix.yaml)")
     p.add_argument("--check-consistency", action="store_true", help="debug a plugin: every boundary decodes each "
                    "payload twice (a twin receiver under another RNG state) and fails the cell if they differ; "
                    "same as MPCBENCH_CHECK_CONSISTENCY=1; cells already in the store are still skipped")  # fmt: skip
@@ -392,7 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from compressors.api import CompressorError
 
-    from .config import ConfigError
+    from suite.pipeline.config import ConfigError
     from .store import StoreError
 
     if getattr(args, "results", "") is None:

@@ -1,6 +1,6 @@
 """Run ONE cell in an isolated child process and turn what happened into a record.
 
-The child validates the config, imports the plugins, calls ``suite.runtime.run(config)`` and
+The child validates the config, imports the plugins, calls ``suite.pipeline.runtime.run(config)`` and
 writes the RunResult as JSON to a file. Everything else about it is untrusted: a plugin may
 raise, hang, segfault, call ``os._exit`` or make the runtime return garbage. The parent
 therefore
@@ -13,8 +13,8 @@ therefore
   signal); the full traceback and the child's output go to ``<store>.logs/<cell>.log``.
 
 The child is forked from a fork server that has torch & co. already imported
-(``suite.forkserver``: seconds saved per cell), or, with ``MPCBENCH_ISOLATION=spawn`` or when
-the server is unavailable, spawned as ``python -m suite.cell``. Either way it watches the
+(``suite.bench.forkserver``: seconds saved per cell), or, with ``MPCBENCH_ISOLATION=spawn`` or when
+the server is unavailable, spawned as ``python -m suite.bench.cell``. Either way it watches the
 runner: if the runner dies (even by SIGKILL) the child kills its own process group, so no
 orphaned training keeps running.
 """
@@ -37,15 +37,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .config import CellConfig
+from suite.pipeline.config import CellConfig
 from .matrix import PlannedCell
 from .record_builder import ResultError, build_record, check_result, failed_record
-from .result import RunResult
+from suite.pipeline.result import RunResult
 
 __all__ = ["run_cell", "execute", "interpret", "child_entry", "DEFAULT_RUNTIME", "log_path_for", "one_line"]
 
-DEFAULT_RUNTIME = "suite.runtime:run"
-REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_RUNTIME = "suite.pipeline.runtime:run"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 KILL_GRACE_S = 5.0
 
 
@@ -164,7 +164,7 @@ def run_cell(
         env["PYTHONUNBUFFERED"] = "1"
         # the child runs this checkout's code, whatever is installed
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-        argv = ["suite.cell", "--config", str(cfg_file), "--out", str(out_file), "--runtime", runtime]
+        argv = ["suite.bench.cell", "--config", str(cfg_file), "--out", str(out_file), "--runtime", runtime]
         t0 = time.perf_counter()
         with open(log, "a", encoding="utf-8") as logf:
             logf.write(f"=== {_now()} {config.cell_id} (key {config.key()}, limit {limit} s)\n")
@@ -307,25 +307,25 @@ def execute(config_file: str | Path, out_file: str | Path, runtime: str = DEFAUL
     except BaseException as e:  # noqa: BLE001 - SystemExit from a plugin is a failure too
         traceback.print_exc()
         sys.stderr.flush()
-        from .errors import RunTimeout
+        from suite.pipeline.errors import RunTimeout
 
         _write(out, {"ok": False, "error": one_line(e), "timeout": isinstance(e, RunTimeout), "provenance": prov})
         return 1
 
 
 def child_entry(argv: list[str]) -> int:
-    """``python -m suite.cell --config F --out F [--runtime M:F] [--parent PID]``: run the cell.
+    """``python -m suite.bench.cell --config F --out F [--runtime M:F] [--parent PID]``: run the cell.
 
     Also what a fork-server child runs (with the same arguments)."""
     import faulthandler
 
     faulthandler.enable()  # a segfault prints the Python stack into the cell's log
-    ap = argparse.ArgumentParser(prog="python -m suite.cell", description="run one mpcbench cell (internal)")
+    ap = argparse.ArgumentParser(prog="python -m suite.bench.cell", description="run one mpcbench cell (internal)")
     ap.add_argument("--config", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--runtime", default=DEFAULT_RUNTIME)
     ap.add_argument("--parent", type=int, default=None, help="pid of the runner: die with it (spawned cells)")
-    args = ap.parse_args(argv[1:] if argv and argv[0] == "suite.cell" else argv)
+    args = ap.parse_args(argv[1:] if argv and argv[0] == "suite.bench.cell" else argv)
     if args.parent:
         _watch_parent(args.parent)
     return execute(args.config, args.out, args.runtime)

@@ -1,4 +1,4 @@
-"""The task matrix: load ``suite/matrix.yaml``, validate it, and expand it into cells.
+"""The task matrix: load ``suite/bench/matrix.yaml``, validate it, and expand it into cells.
 
 A tier lists tasks, compressor entries and seeds. An entry is a spec string (the same
 compressor forward and backward) or a mapping::
@@ -32,7 +32,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from compressors.api import CompressorError
-from .config import ROLE_OF_DIRECTION, CellConfig, CompressionPlan, ConfigError
+from suite.pipeline.config import ROLE_OF_DIRECTION, CellConfig, CompressionPlan, ConfigError
 
 __all__ = [
     "MATRIX_PATH",

@@ -14,9 +14,9 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
-from .config import CellConfig
-from .records import SCHEMA, validate_record
-from .result import RunResult
+from suite.pipeline.config import CellConfig
+from suite.results.records import SCHEMA, validate_record
+from suite.pipeline.result import RunResult
 
 __all__ = ["build_record", "failed_record", "compression_ratios", "expansion_warnings", "check_result", "ResultError"]
 

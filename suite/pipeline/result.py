@@ -1,6 +1,6 @@
 """What one training run returns: the runtime fills it, the runner stores it with provenance.
 
-Byte counts are measured by the transport (``suite.accounting``), never reported by a
+Byte counts are measured by the transport (``suite.pipeline.accounting``), never reported by a
 compressor. Times are seconds. All fields are JSON-able via ``to_dict``.
 """
 
@@ -76,7 +76,7 @@ class RunResult:
     stage_times: per stage TimeSplit dicts (the max is in ``time``).
     eval_bytes: evaluation traffic (not part of the benchmark's byte counts).
     wire_bytes_by_step: "forward" / "backward" / "dp" -> wire bytes of each step.
-    timing_inputs: what the network model used (``suite.network.TimingInputs.to_dict``), so a
+    timing_inputs: what the network model used (``suite.results.network.TimingInputs.to_dict``), so a
         stored run can be re-modeled under other profiles.
     """
 

@@ -5,7 +5,7 @@ split the batch into M micro-batches, run the schedule's actions, step the optim
 evaluate every ``eval_every`` steps -> a JSON-able report. The same code runs all stages
 in one process (``LocalTransport``, the executor interleaves the stages' action lists) or
 one stage per process under torchrun (``DistTransport``, each process runs its own list
-with blocking receives). ``suite.summary`` merges the reports into a RunResult.
+with blocking receives). ``suite.pipeline.summary`` merges the reports into a RunResult.
 """
 
 from __future__ import annotations

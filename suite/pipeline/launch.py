@@ -1,7 +1,7 @@
 """Launch a torchrun job for one cell, watch it, and always clean up.
 
 ``launch(config)`` starts ``python -m torch.distributed.run --standalone
---nproc-per-node=<stages*dp> -m suite.worker ...`` in its own session, waits with a
+--nproc-per-node=<stages*dp> -m suite.pipeline.worker ...`` in its own session, waits with a
 wall-clock watchdog and returns the RunResult that rank 0 wrote. Failure handling:
 
 - a rank that raises writes a one-line error and exits; its peers' blocked receives fail
@@ -57,7 +57,7 @@ def launch(config: CellConfig, keep_dir: bool = False) -> RunResult:
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
         "--max-restarts=0", "--monitor-interval=0.1",
-        "-m", "suite.worker", "--config", str(cfg_path), "--out", str(run_dir),
+        "-m", "suite.pipeline.worker", "--config", str(cfg_path), "--out", str(run_dir),
     ]  # fmt: skip
     env = {**os.environ, RUN_MARKER: str(run_dir), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     for k in list(env):  # a run launched from inside another distributed job starts fresh

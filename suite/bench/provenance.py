@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .config import CellConfig
+from suite.pipeline.config import CellConfig
 
 __all__ = [
     "provenance",
@@ -29,7 +29,7 @@ __all__ = [
     "REPO_ROOT",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _git(*args: str) -> str | None:
@@ -155,14 +155,14 @@ def plugin_hashes(config: CellConfig) -> dict[str, str | None]:
 def consistency_check_on(config: CellConfig) -> bool:
     """Whether the cell runs with the sender/receiver consistency check (``--check-consistency``
     sets ``config.check_consistency``; ``MPCBENCH_CHECK_CONSISTENCY=1`` in the environment too)."""
-    from .boundary import consistency_check_enabled
+    from suite.pipeline.boundary import consistency_check_enabled
 
     return bool(config.check_consistency) or consistency_check_enabled()
 
 
 def provenance(config: CellConfig) -> dict[str, Any]:
     """The ``provenance`` block of a record (``consistency_check``: whether the debug check of
-    ``suite.boundary`` was on, by flag or environment)."""
+    ``suite.pipeline.boundary`` was on, by flag or environment)."""
     return {
         **git_info(),
         "mpcbench_version": mpcbench_version(),

@@ -149,7 +149,7 @@ class CellConfig:
         time_limit_s: a cell running longer fails with a timeout (not part of identity).
         comm_timeout_s: a stalled peer fails the run after this many seconds.
         check_consistency: debug mode, the sender/receiver consistency check at every boundary
-            (``suite.boundary``; ``mpcbench run --check-consistency``). A check, not a different
+            (``suite.pipeline.boundary``; ``mpcbench run --check-consistency``). A check, not a different
             measurement: not part of the identity, so it does not change the cell key.
     """
 

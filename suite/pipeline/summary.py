@@ -16,7 +16,7 @@ from typing import Any
 
 from .accounting import ByteMeter, boundary_key, dp_key
 from .config import CellConfig
-from .network import DPLoad, LinkLoad, StageCost, StepLoad, TimingInputs, encode_steps, model_run
+from suite.results.network import DPLoad, LinkLoad, StageCost, StepLoad, TimingInputs, encode_steps, model_run
 from .result import EvalPoint, RunResult, TimeSplit
 from .timing import SECTIONS
 

@@ -1,9 +1,9 @@
 """Measure the pipeline runtime's step-time overhead against the unsplit model.
 
-    python -m suite.overhead --task cifar10 --tier smoke --stages 2 --modes single torchrun
+    python -m suite.pipeline.overhead --task cifar10 --tier smoke --stages 2 --modes single torchrun
 
 Trains the same cell three ways with ``none`` at every boundary: the unsplit reference
-(``suite.reference``: one autograd graph, same micro-batches), the single-process pipeline
+(``suite.pipeline.reference``: one autograd graph, same micro-batches), the single-process pipeline
 and the torchrun pipeline; prints the mean step time of each (first step excluded; the
 minimum over ``--repeat`` runs, which discounts interference from other processes) and the
 overhead relative to the unsplit model. On a CPU-only machine the torchrun numbers include

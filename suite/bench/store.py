@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-from .records import RecordError, validate_record
+from suite.results.records import RecordError, validate_record
 
 __all__ = ["ResultsStore", "read_jsonl", "dump_record", "DEFAULT_STORE", "StoreError"]
 
