@@ -228,7 +228,7 @@ def _markdown(df) -> str:
 def cmd_report(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from leaderboard.ranking import RULES, aggregate, display_table, network_profiles, rank, to_frame
+    from leaderboard.ranking import RULES, aggregate, display_table, network_profiles, to_frame
 
     records, problems = _load_for_report(args)
     for p in problems:
@@ -247,7 +247,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown network profile {args.network!r}; valid: {', '.join(profiles) or '(none in these records)'}")
     agg = aggregate(frame)
     try:
-        ranked = rank(agg, args.rule, min_ratio=args.min_ratio, network=network, direction=args.direction)
+        rule = RULES[args.rule]
+        ranked = rule.rank(agg, min_ratio=args.min_ratio, network=network, direction=args.direction)
+    except KeyError:
+        raise UsageError(f"unknown ranking rule {args.rule!r}; valid rules: {', '.join(RULES)}") from None
     except ValueError as e:
         raise UsageError(str(e)) from None
     if args.format == "csv":
@@ -255,10 +258,10 @@ def cmd_report(args: argparse.Namespace) -> int:
             sys.stdout, index=False
         )
         return EXIT_OK
-    print(f"ranking: {RULES[args.rule].title}" + (f" (network {network})" if network else ""))
+    print(f"ranking: {rule.title}" + (f" (network {network})" if network else ""))
     with pd.option_context("display.max_columns", None, "display.width", 250, "display.max_colwidth", 60):
         for (task, tier), g in ranked.groupby(["task", "tier"], sort=True):
-            table = display_table(g, network=network, direction=args.direction)
+            table = display_table(g, network=network, direction=args.direction, mark_unresolved=rule.name == "quality_at_ratio")
             n_seeds = sorted({int(n) for n in g["n"]})
             print(f"\n== {task} / {tier}  (metric: {g['metric_name'].iloc[0] or '?'}; seeds per entry: "
                   f"{', '.join(map(str, n_seeds))}) ==")  # fmt: skip

@@ -117,10 +117,25 @@ def test_baseline_prefers_the_same_entry(lb):
     agg = aggregate(to_frame(mine + ref))
     row = _row(agg, "cifar10", "fp16", entry="mine")
     assert row.baseline_entry == "mine" and row.delta > 0.2
-    # an entry without its own baseline is compared with the best-sampled one
+    assert row.baseline_kind == "own"
+
+
+def test_no_third_party_baseline_only_the_maintainers(lb):
+    """Issue 12: an entry without its own baseline is compared with the maintainers' baseline,
+    marked as such, never with another submitter's ``none`` records (forged or not)."""
+    ref = lb.make_records(tasks=("cifar10",), compressors=("none",))
     other = [dict(lb.make_record("cifar10", "fp16", s, record_id=f"o{s}"), entry="other") for s in range(3)]
     row = _row(aggregate(to_frame(ref + other)), "cifar10", "fp16", entry="other")
-    assert row.baseline_entry == "local"
+    assert row.baseline_entry == "" and row.significance == "no baseline" and math.isnan(row.delta)
+    forged = [dict(lb.make_record("cifar10", "none", s, record_id=f"f{s}", final_metric=0.99), entry="0-attacker")
+              for s in range(5)]  # fmt: skip
+    maint = [dict(r, entry=ranking.MAINTAINERS) for r in ref]
+    agg = aggregate(to_frame(maint + forged + other))
+    row = _row(agg, "cifar10", "fp16", entry="other")
+    assert row.baseline_entry == ranking.MAINTAINERS and row.baseline_kind == "maintainers"
+    assert abs(row.delta) < 0.02  # the forged 0.99 baseline moved nothing
+    table = ranking.display_table(rank(agg, "pareto"))
+    assert table.loc[table.entry == "other", "Δ vs none"].iloc[0].endswith("(vs maintainers')")
 
 
 @pytest.mark.parametrize(

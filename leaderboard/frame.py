@@ -1,0 +1,341 @@
+"""Records -> one flat pandas row per record (:func:`to_frame`), the first step of the leaderboard.
+
+Column conventions: per-direction columns end in ``_forward`` / ``_backward`` / ``_dp`` /
+``_total``; per-network-profile columns are ``<name>@<profile>`` (``time_to_target_s@1Gbps``).
+Records are untrusted text: every field is coerced to its type here (a wrong type is NaN or
+``""``), so the modules after this one can trust the columns.
+
+``details=False`` leaves out the bulky per-record objects (``curve``, ``config``,
+``provenance``) and keeps ``timing_inputs`` as a JSON string: that is the row the compact
+index (:mod:`leaderboard.index`) stores; :func:`leaderboard.index.load_details` brings the
+objects back for the rows on screen.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Iterable
+
+import pandas as pd
+
+from leaderboard.networks import network_profiles
+
+__all__ = [
+    "BASELINE",
+    "DIRECTIONS",
+    "BYTE_DIRECTIONS",
+    "MAINTAINERS",
+    "DETAIL_COLUMNS",
+    "setup_label",
+    "machine_label",
+    "to_frame",
+]
+
+BASELINE = "none"  # the uncompressed compressor every delta is measured against
+DIRECTIONS = ("forward", "backward", "dp")
+BYTE_DIRECTIONS = DIRECTIONS + ("total",)
+# the maintainers' baseline entry (records/mpcbench-baselines): the one third-party-free
+# fallback baseline; an entry.yaml may also say ``maintainers: true`` once the loader allows it
+MAINTAINERS = "mpcbench-baselines"
+DETAIL_COLUMNS = ("curve", "config", "provenance")  # what details=False leaves out
+
+
+def _num(v: Any) -> float:
+    """A JSON number as float; anything else (None, bool, str) is NaN."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return math.nan
+    return float(v)
+
+
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _str(v: Any) -> str:
+    return v if isinstance(v, str) else ("" if v is None else str(v))
+
+
+MAX_WARNINGS = 100  # per record; a record is bounded anyway, this keeps one record from flooding the page
+
+
+def _warning_list(v: Any) -> list[str]:
+    """A record's ``warnings`` as a list of one-line strings (None or a missing field: none).
+
+    Records come from strangers, so anything that is not a list of strings is coerced: a bare
+    string is one warning, other items are shown via ``str``; never more than MAX_WARNINGS.
+    """
+    items = [v] if isinstance(v, str) else (v if isinstance(v, list) else [])
+    return [" ".join(_str(w).split()) for w in items[:MAX_WARNINGS] if _str(w).strip()]
+
+
+def _pos_int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def _word(v: Any) -> str:
+    """A record's short setting (schedule, mode, device) on one line and bounded: record text is untrusted."""
+    return " ".join(_str(v).split())[:40]
+
+
+def setup_label(record: dict[str, Any]) -> str:
+    """The run setup of a record besides its compressor, as a short stable string, e.g.
+    ``"4 stages, 1f1b, M=4, single, cpu"`` (+ ``", dp=2"``, ``", 200 steps"``, ``", warm-up 10"``
+    when set).
+
+    Stages, schedule, micro-batches, mode, device and dp come from the record's ``run`` (what
+    actually ran, defaults resolved), else from its ``config`` (a failed record has no ``run``;
+    :func:`to_frame` then borrows the resolved setup of an ok record with the same config).
+    ``steps`` is the config's step override (the tier's own count is implied by the tier) and
+    the warm-up is ``compress_warmup_steps``. Missing fields are left out, so an old or minimal
+    record still gets a (shorter) label; ``""`` when nothing is known.
+    """
+    run, cfg = _dict(record.get("run")), _dict(record.get("config"))
+    stages = _pos_int(run.get("n_stages")) or _pos_int(cfg.get("stages"))
+    micro = _pos_int(run.get("microbatches")) or _pos_int(cfg.get("microbatches"))
+    dp = _pos_int(run.get("dp")) or _pos_int(cfg.get("dp"))
+    steps, warmup = _pos_int(cfg.get("steps")), _pos_int(cfg.get("compress_warmup_steps"))
+    parts = [f"{stages} stage{'' if stages == 1 else 's'}" if stages else ""]
+    parts.append(_word(run.get("schedule")) or _word(cfg.get("schedule")))
+    parts.append(f"M={micro}" if micro else "")
+    parts.append(_word(run.get("mode")) or _word(cfg.get("mode")))
+    parts.append(_word(run.get("device")) or _word(cfg.get("device")))
+    parts.append(f"dp={dp}" if dp and dp != 1 else "")  # dp=1 is the default: not worth a word
+    parts.append(f"{steps} steps" if steps else "")
+    parts.append(f"warm-up {warmup}" if warmup else "")
+    return ", ".join(p for p in parts if p)
+
+
+_SETUP_CONFIG_KEYS = ("stages", "dp", "schedule", "microbatches", "compress_warmup_steps", "mode", "device", "steps")
+
+
+def _setup_signature(record: dict[str, Any]) -> str:
+    """The record's requested setup as written in its config (defaults unresolved)."""
+    cfg = _dict(record.get("config"))
+    return repr([cfg.get(k) for k in _SETUP_CONFIG_KEYS])
+
+
+def _resolve_setups(frame: pd.DataFrame) -> None:
+    """A record without ``run`` (a failed cell) gets the resolved setup of an ok record of the
+    same task, tier and requested config, so it counts in the same row (``stages: null`` in the
+    config means the task's default, which only a record that ran knows)."""
+    missing = ~frame["_has_run"]
+    if not missing.any() or missing.all():
+        return
+    known = frame[~missing].groupby(["task", "tier", "_setup_sig"])["setup"].agg(lambda s: s.mode().iloc[0])
+    for i in frame.index[missing]:
+        key = (frame.at[i, "task"], frame.at[i, "tier"], frame.at[i, "_setup_sig"])
+        if key in known.index:
+            frame.at[i, "setup"] = known[key]
+
+
+def machine_label(provenance: dict[str, Any]) -> str:
+    """The machine class of a record: the GPU model when a GPU ran it, else the CPU model and
+    how many cores the run could use, e.g. ``"Intel(R) Xeon(R) Processor @ 2.50GHz, 2 cores"``.
+    Two records of one setup on different machine classes are different experiments."""
+    machine = _dict(provenance.get("machine"))
+    gpu = " ".join(_str(machine.get("gpu")).split())[:80]
+    if gpu:
+        return gpu
+    cpu = " ".join(_str(machine.get("cpu")).split())[:80]
+    cores = _pos_int(machine.get("cpu_affinity")) or _pos_int(machine.get("cpu_count"))
+    return cpu + (f", {cores} core{'' if cores == 1 else 's'}" if cores else "")
+
+
+def _load(provenance: dict[str, Any]) -> tuple[float, float]:
+    """(1-minute, 15-minute) load average of the machine when the record was written, from
+    ``provenance.load.load_avg`` (``os.getloadavg()``: runnable processes, not a percentage);
+    NaN when the record predates the field."""
+    avg = _dict(provenance.get("load")).get("load_avg")
+    if isinstance(avg, list) and len(avg) == 3:
+        one, fifteen = _num(avg[0]), _num(avg[2])
+        if one >= 0 and fifteen >= 0:  # NaN compares False too
+            return one, fifteen
+    return math.nan, math.nan
+
+
+def _spec_label(specs: dict[str, Any], fallback: str) -> str:
+    """A compressor with its parameters from the record's ``specs_resolved`` (every parameter
+    spelled out, e.g. ``quant(bits=8)``: same direction names as ``specs``), else ``fallback``
+    (the record's ``compressor`` name as the user typed it)."""
+    resolved = {d: " ".join(_str(specs.get(d)).split())[:120] for d in DIRECTIONS}
+    pipe = {d: resolved[d] for d in ("forward", "backward") if resolved[d]}
+    if not pipe:
+        return fallback
+    if len(set(pipe.values())) == 1 and resolved["dp"] in ("", "none"):
+        return next(iter(pipe.values()))
+    short = {"forward": "fwd", "backward": "bwd", "dp": "dp"}
+    return ",".join(f"{short[d]}={v}" for d, v in resolved.items() if v and not (d == "dp" and v == "none"))
+
+
+def to_frame(records: Iterable[dict[str, Any]], *, details: bool = True) -> pd.DataFrame:
+    """One row per record, flattened for pandas.
+
+    Records are ``mpcbench.record/1`` dicts (already validated), optionally with ``entry``,
+    ``submitter`` and ``entry_info`` attached by :mod:`leaderboard.submissions` (a record
+    without them belongs to entry ``"local"``). Columns:
+
+    - identity: ``record_id, cell_key, cell_id, created, entry, entry_name, submitter, task,
+      tier, compressor, setup`` (:func:`setup_label`), ``seed, status, error``; ``latest`` is
+      False for a record superseded by a newer record of the same entry and cell_key, or of
+      the same entry, task, tier, compressor, setup and seed (a rerun: one seed is never
+      counted twice), and such rows are ignored by :func:`aggregate`.
+    - quality: ``metric_name, higher_is_better, final_metric, final_metric_uncompressed,
+      target, reached_target_step``.
+    - bytes: ``raw_bytes_<dir>, wire_bytes_<dir>, ratio_<dir>`` (raw / wire, NaN when the
+      direction sent nothing) for forward/backward/dp/total, and ``bytes_per_step_<dir>``
+      (wire bytes per training step; total = sum of the directions present).
+    - time: measured ``step_s, compute_s, compress_s, comm_s, total_train_s, wall_s``;
+      modeled ``time_to_target_s@<profile>`` (NaN: target not reached) and ``total_s@<profile>``
+      for every network profile present in any record.
+    - ``warnings`` (list of one-line strings, e.g. a payload larger than the raw tensor; see
+      ``suite.bench.record_builder.expansion_warnings``) and ``n_warnings`` (its length).
+    - run / provenance: ``spec_forward, spec_backward, spec_dp, n_stages, dp, microbatches,
+      schedule, steps, mode, device, git_commit, git_dirty, mpcbench_version, plugin_hash,
+      torch, cuda, gpu, cpu``.
+    - machine and ownership: ``machine`` (:func:`machine_label`), ``load_1m, load_15m``
+      (load average when the record was written; NaN if unknown), ``cpu_count``,
+      ``code_version`` (git commit, 12 digits, ``+dirty`` when the checkout was modified),
+      ``maintainers`` (True for the maintainers' baseline entry, :data:`MAINTAINERS`),
+      ``compressor_label`` (the compressor with its parameters where the record spells them
+      out, see :func:`_spec_label`), ``eval_samples`` (evaluation-set size; NaN if unknown),
+      ``timing_inputs`` (the stored network-model inputs as a JSON string, ``""`` if none).
+    - raw objects for detail views: ``curve`` (list of points), ``config``, ``provenance``,
+      ``entry_info`` (dicts). With ``details=False`` the first three are left out and
+      ``entry_info`` is a JSON string (the compact index's row, see the module docstring).
+    """
+    rows = [_flatten(r, details) for r in records]
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return pd.DataFrame(columns=_BASE_COLUMNS)
+    _resolve_setups(frame)
+    frame = frame.drop(columns=["_has_run", "_setup_sig"])
+    # a rerun of the same cell in the same entry supersedes the older record
+    order = frame.reset_index().sort_values(["created", "index"], kind="stable")
+    last = order.drop_duplicates(["entry", "cell_key"], keep="last")["index"]
+    last_seed = order.drop_duplicates(["entry", "task", "tier", "compressor", "setup", "seed"], keep="last")["index"]
+    frame["latest"] = frame.index.isin(last) & frame.index.isin(last_seed)
+    # every profile seen anywhere gets a column (NaN where a record lacks it)
+    for p in network_profiles(frame):
+        for c in (f"time_to_target_s@{p}", f"total_s@{p}"):
+            if c not in frame:
+                frame[c] = math.nan
+    return frame
+
+
+_BASE_COLUMNS = [
+    "record_id", "cell_key", "cell_id", "created", "entry", "entry_name", "submitter",
+    "task", "tier", "compressor", "setup", "seed", "status", "error", "metric_name", "higher_is_better",
+    "final_metric", "final_metric_uncompressed", "target", "reached_target_step",
+    *[f"{k}_{d}" for k in ("raw_bytes", "wire_bytes", "ratio", "bytes_per_step") for d in BYTE_DIRECTIONS],
+    "step_s", "compute_s", "compress_s", "comm_s", "total_train_s", "wall_s", "warnings", "n_warnings", "latest",
+]  # fmt: skip
+
+
+def _flatten(r: dict[str, Any], details: bool = True) -> dict[str, Any]:
+    ok = r.get("status") == "ok"
+    info = _dict(r.get("entry_info"))
+    prov = _dict(r.get("provenance"))
+    machine = _dict(prov.get("machine"))
+    run = _dict(r.get("run"))
+    specs = _dict(r.get("specs"))
+    compressor = _str(r.get("compressor"))
+    row: dict[str, Any] = {
+        "record_id": _str(r.get("record_id")),
+        "cell_key": _str(r.get("cell_key")),
+        "cell_id": _str(r.get("cell_id")),
+        "created": _str(r.get("created")),
+        "entry": _str(r.get("entry")) or "local",
+        "entry_name": _str(info.get("name")) or _str(r.get("entry")) or "local",
+        "submitter": _str(r.get("submitter")),
+        "task": _str(r.get("task")),
+        "tier": _str(r.get("tier")),
+        "compressor": compressor,
+        "setup": setup_label(r),
+        "_has_run": bool(run),
+        "_setup_sig": _setup_signature(r),
+        "seed": int(r["seed"]) if isinstance(r.get("seed"), int) else -1,
+        "status": _str(r.get("status")),
+        "error": _str(r.get("error")),
+        "metric_name": _str(r.get("metric_name")),
+        "higher_is_better": r.get("higher_is_better") if isinstance(r.get("higher_is_better"), bool) else True,
+        "final_metric": _num(r.get("final_metric")) if ok else math.nan,
+        "final_metric_uncompressed": _num(r.get("final_metric_uncompressed")) if ok else math.nan,
+        "target": _num(r.get("target")),
+        "reached_target_step": _num(r.get("reached_target_step")),
+        "warnings": _warning_list(r.get("warnings")),
+    }
+    row["n_warnings"] = len(row["warnings"])
+    # bytes: ratios are recomputed from the measured counts, never taken from the record's claim
+    counts = _dict(r.get("bytes"))
+    raw_total = wire_total = 0.0
+    for d in DIRECTIONS:
+        c = _dict(counts.get(d))
+        raw, wire = _num(c.get("raw")), _num(c.get("wire"))
+        row[f"raw_bytes_{d}"], row[f"wire_bytes_{d}"] = raw, wire
+        row[f"ratio_{d}"] = raw / wire if wire > 0 else math.nan
+        if wire > 0:
+            raw_total += raw
+            wire_total += wire
+    have_bytes = ok and any(_dict(counts.get(d)) for d in DIRECTIONS)
+    row["raw_bytes_total"] = raw_total if have_bytes else math.nan
+    row["wire_bytes_total"] = wire_total if have_bytes else math.nan
+    row["ratio_total"] = raw_total / wire_total if wire_total > 0 else math.nan
+    bps = _dict(r.get("bytes_per_step"))
+    vals = []
+    for d in DIRECTIONS:
+        v = _num(bps.get(d))
+        row[f"bytes_per_step_{d}"] = v
+        if not math.isnan(v):
+            vals.append(v)
+    row["bytes_per_step_total"] = sum(vals) if vals else math.nan
+    t = _dict(r.get("time"))
+    for k in ("step_s", "compute_s", "compress_s", "comm_s", "total_train_s"):
+        row[k] = _num(t.get(k))
+    row["wall_s"] = _num(r.get("wall_s"))
+    for prof, m in _dict(r.get("modeled")).items():
+        m = _dict(m)
+        row[f"time_to_target_s@{prof}"] = _num(m.get("time_to_target_s"))
+        row[f"total_s@{prof}"] = _num(m.get("total_s"))
+    for d in DIRECTIONS:
+        row[f"spec_{d}"] = _str(specs.get(d))
+    for k in ("n_stages", "dp", "microbatches", "steps"):
+        row[k] = _num(run.get(k))
+    for k in ("schedule", "mode", "device"):
+        row[k] = _str(run.get(k))
+    hashes = _dict(prov.get("plugin_hashes"))
+    row.update(
+        git_commit=_str(prov.get("git_commit")),
+        git_dirty=prov.get("git_dirty") if isinstance(prov.get("git_dirty"), bool) else None,
+        mpcbench_version=_str(prov.get("mpcbench_version")),
+        plugin_hash=_str(hashes.get(compressor)) or ", ".join(sorted({_str(v) for v in hashes.values()})),
+        torch=_str(machine.get("torch")),
+        cuda=_str(machine.get("cuda")),
+        gpu=_str(machine.get("gpu")),
+        cpu=_str(machine.get("cpu")),
+    )
+    load_1m, load_15m = _load(prov)
+    timing = r.get("timing_inputs")
+    git = _str(prov.get("git_commit"))[:12]
+    row.update(
+        machine=machine_label(prov),
+        load_1m=load_1m,
+        load_15m=load_15m,
+        cpu_count=_num(machine.get("cpu_affinity")) if _pos_int(machine.get("cpu_affinity")) else _num(machine.get("cpu_count")),
+        code_version=(git + ("+dirty" if prov.get("git_dirty") is True else "")) if git else "",
+        maintainers=row["entry"] == MAINTAINERS or info.get("maintainers") is True,
+        compressor_label=_spec_label(_dict(r.get("specs_resolved")), compressor),
+        eval_samples=_num(run.get("eval_samples")),
+        timing_inputs=json.dumps(timing, separators=(",", ":")) if isinstance(timing, dict) else "",
+    )
+    if details:
+        row.update(
+            curve=r.get("curve") if isinstance(r.get("curve"), list) else [],
+            config=_dict(r.get("config")),
+            provenance=prov,
+            entry_info=info,
+        )
+    else:
+        row["entry_info"] = json.dumps(info, sort_keys=True)
+    return row
+

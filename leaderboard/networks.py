@@ -1,0 +1,142 @@
+"""Networks for the leaderboard: the stored profiles' columns, and re-modeling at any link.
+
+Every record stores the inputs of the network model (``timing_inputs``: measured per-stage
+compute and compression time, per-step wire bytes and messages per boundary), and the times
+it modeled for the named profiles (``modeled.<profile>``). The page's network slider asks for
+any bandwidth and latency, so :func:`remodel` replays the stored inputs through the model of
+:mod:`suite.results.network` (pure functions over stored inputs; torch-free) at a
+:class:`Link`. Where the link is one of the stored profiles, the stored columns are used
+as they are (:func:`stored_profile`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+
+from suite.results import network as model
+
+__all__ = [
+    "Link",
+    "profile_bandwidth_bps",
+    "network_profiles",
+    "stored_profile",
+    "cumulative_times",
+    "remodel",
+    "format_bandwidth",
+]
+
+_BW = re.compile(r"(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:bps|b/s|bit)", re.IGNORECASE)
+_UNIT = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+
+
+@dataclass(frozen=True)
+class Link:
+    """A network between stages: bandwidth in bits per second and one-way latency in seconds."""
+
+    bandwidth_bps: float
+    latency_s: float
+
+    @property
+    def name(self) -> str:
+        """The column suffix for modeled times at this link, e.g. ``"3.2Gbps/150us"``."""
+        return f"{format_bandwidth(self.bandwidth_bps)}/{self.latency_s * 1e6:.4g}us"
+
+    def profile(self) -> model.NetworkProfile:
+        return model.NetworkProfile(self.name, float(self.bandwidth_bps), float(self.latency_s))
+
+
+def format_bandwidth(bps: float) -> str:
+    """``1e9`` -> ``"1Gbps"``, ``3.16e8`` -> ``"316Mbps"`` (3 significant digits)."""
+    for unit, scale in (("Tbps", 1e12), ("Gbps", 1e9), ("Mbps", 1e6), ("kbps", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:.3g}{unit}"
+    return f"{bps:.3g}bps"
+
+
+def profile_bandwidth_bps(name: str) -> float:
+    """Bandwidth of a profile, parsed from its name (``"100Gbps"`` -> 1e11), else looked up in
+    ``suite.results.network.PROFILES``; NaN if neither works."""
+    m = _BW.search(name)
+    if m:
+        return float(m.group(1)) * _UNIT[m.group(2).lower()]
+    prof = model.PROFILES.get(name)
+    return float(prof.bandwidth_bps) if prof else math.nan
+
+
+def network_profiles(frame: pd.DataFrame) -> list[str]:
+    """Profiles with a ``time_to_target_s@<profile>`` column, fastest network first."""
+    names = [c.split("@", 1)[1] for c in frame.columns if c.startswith("time_to_target_s@")]
+    seen = list(dict.fromkeys(names))
+    return sorted(seen, key=lambda p: (-np.nan_to_num(profile_bandwidth_bps(p), nan=-1.0), seen.index(p)))
+
+
+def stored_profile(link: Link, profiles: list[str]) -> str | None:
+    """The stored profile that ``link`` is (same bandwidth and latency within 0.1%), if any."""
+    for name in profiles:
+        prof = model.PROFILES.get(name)
+        if prof and math.isclose(prof.bandwidth_bps, link.bandwidth_bps, rel_tol=1e-3) and math.isclose(
+            prof.latency_s, link.latency_s, rel_tol=1e-3, abs_tol=1e-9
+        ):
+            return name
+    return None
+
+
+@lru_cache(maxsize=65536)
+def _step_times(timing_json: str, link: Link) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """(counts, modeled seconds per step) of each run of equal steps; empty if unusable."""
+    try:
+        inputs = model.TimingInputs.from_dict(json.loads(timing_json))
+        runs = inputs.runs()
+        net = link.profile()
+        times = tuple(
+            model.step_time(inputs.stages, load, inputs.microbatches, inputs.replicas, net) for load, _ in runs
+        )
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # untrusted stored inputs
+        return (), ()
+    return tuple(int(c) for _, c in runs), times
+
+
+def cumulative_times(timing_json: str, link: Link, steps: list[float]) -> list[float]:
+    """Modeled wall-clock seconds after each of ``steps`` training steps at ``link`` (NaN where
+    the inputs are missing or the step lies beyond the run): the x axis of time-to-quality."""
+    counts, times = _step_times(timing_json, link) if timing_json else ((), ())
+    out = []
+    for k in steps:
+        if not counts or not (k >= 0):
+            out.append(math.nan)
+            continue
+        done, total, t_at = 0, 0.0, math.nan
+        for c, t in zip(counts, times):
+            if done + c >= k:
+                t_at = total + (k - done) * t
+                break
+            done += c
+            total += c * t
+        out.append(t_at)
+    return out
+
+
+def remodel(frame: pd.DataFrame, link: Link) -> pd.DataFrame:
+    """``frame`` (one row per record, :func:`leaderboard.frame.to_frame`) with
+    ``time_to_target_s@<link.name>`` and ``total_s@<link.name>`` computed from each record's
+    stored ``timing_inputs`` and ``reached_target_step`` (NaN: not reached, or no inputs)."""
+    ttt, total = [], []
+    for timing, reached in zip(frame["timing_inputs"], frame["reached_target_step"]):
+        counts, times = _step_times(timing, link) if timing else ((), ())
+        if not counts:
+            ttt.append(math.nan)
+            total.append(math.nan)
+            continue
+        total.append(float(sum(c * t for c, t in zip(counts, times))))
+        ttt.append(cumulative_times(timing, link, [reached])[0] if reached == reached else math.nan)
+    out = frame.copy()
+    out[f"time_to_target_s@{link.name}"] = np.asarray(ttt, dtype=float)
+    out[f"total_s@{link.name}"] = np.asarray(total, dtype=float)
+    return out

@@ -1,0 +1,235 @@
+"""Ranking rules as objects: each :class:`Rule` ranks an aggregate within every (task, tier).
+
+The app's rule picker, ``mpcbench report --rule`` and the docs iterate :data:`RULES`; adding
+a rule is one subclass of :class:`Rule` and one line in :data:`RULES`::
+
+    for rule in RULES.values():
+        table = rule.rank(agg, network="1Gbps")     # + "rank", sorted
+        print(rule.title, rule.explain("val_loss", higher_is_better=False))
+
+Quality is the metric the task reports, evaluated with compression (``quality="compressed"``,
+the records' ``final_metric``) or without it (``"uncompressed"``: ``final_metric_uncompressed``,
+the same trained model evaluated on plain activations); the page says which one ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from leaderboard.frame import BYTE_DIRECTIONS
+from leaderboard.networks import network_profiles
+
+__all__ = ["QUALITIES", "Rule", "QualityAtRatio", "TimeToTarget", "ParetoRank", "RULES", "rank", "pareto_ranks", "pareto_front"]
+
+# which evaluation ranks: name -> (aggregate column, words for the page)
+QUALITIES = {
+    "compressed": ("metric_mean", "evaluated with compression"),
+    "uncompressed": ("metric_uncompressed_mean", "evaluated without compression"),
+}
+
+
+# --------------------------------------------------------------------------- Pareto
+def pareto_ranks(
+    df: pd.DataFrame, x: str, y: str, *, minimize_x: bool = True, maximize_y: bool = True
+) -> pd.Series:
+    """Non-dominated sorting: 1 = on the frontier, 2 = on the frontier once rank 1 is removed, ...
+
+    A point dominates another if it is at least as good on both axes and strictly better on
+    one; identical points share a rank. Rows with NaN in x or y get rank NA.
+    """
+    out = pd.Series(pd.NA, index=df.index, dtype="Int64")
+    valid = df[[x, y]].dropna()
+    xs = valid[x].to_numpy(float) * (1 if minimize_x else -1)  # smaller is better after the sign flip
+    ys = valid[y].to_numpy(float) * (-1 if maximize_y else 1)
+    remaining = np.arange(len(valid))
+    level = 1
+    while len(remaining):
+        px, py = xs[remaining], ys[remaining]
+        # dominated[i]: some j is <= on both and < on one
+        le = (px[None, :] <= px[:, None]) & (py[None, :] <= py[:, None])
+        lt = (px[None, :] < px[:, None]) | (py[None, :] < py[:, None])
+        dominated = (le & lt).any(axis=1)
+        front = remaining[~dominated]
+        out.loc[valid.index[front]] = level
+        remaining = remaining[dominated]
+        level += 1
+    return out
+
+
+def pareto_front(
+    df: pd.DataFrame, x: str, y: str, *, minimize_x: bool = True, maximize_y: bool = True
+) -> pd.Series:
+    """Boolean mask of the rows on the Pareto frontier (rank 1 of :func:`pareto_ranks`)."""
+    return (pareto_ranks(df, x, y, minimize_x=minimize_x, maximize_y=maximize_y) == 1).fillna(False).astype(bool)
+
+
+# --------------------------------------------------------------------------- rules
+@dataclass(frozen=True)
+class Rule:
+    """A ranking rule: ``name`` (the CLI's ``--rule``), ``title`` (the page's picker),
+    ``explanation`` (what it means; ``{better}`` is filled by :meth:`explain`)."""
+
+    name: str
+    title: str
+    explanation: str
+    needs_network: bool = False
+
+    def explain(self, metric: str = "quality", *, higher_is_better: bool = True) -> str:
+        """The explanation with the task's own metric name, e.g. "lower val_loss first"."""
+        return self.explanation.replace("{better}", f"{'higher' if higher_is_better else 'lower'} {metric} first")
+
+    def keys(self, out: pd.DataFrame, quality_key: pd.Series, *, min_ratio, network, direction) -> list[pd.Series]:
+        """Lexicographic sort keys, smaller is better; NaN in the first key: not ranked."""
+        raise NotImplementedError
+
+    def rank(
+        self,
+        agg: pd.DataFrame,
+        *,
+        min_ratio: float | None = None,
+        network: str | None = None,
+        direction: str = "total",
+        quality: str = "compressed",
+    ) -> pd.DataFrame:
+        """Rank ``agg`` (:func:`leaderboard.statistics.aggregate`) within each (task, tier).
+
+        Returns a copy with ``rank`` (Int64; NA = not ranked: below ``min_ratio``, no ok
+        seeds, or no value for the rule) sorted by task, tier, rank, and ``quality`` (the
+        ranked metric column's values). ``direction`` picks which bytes / ratio the rules use;
+        ``network`` is a column suffix (``time_to_target_s@<network>``; default: the fastest
+        profile present); ``quality`` is a key of :data:`QUALITIES`.
+        """
+        if direction not in BYTE_DIRECTIONS:
+            raise ValueError(f"unknown direction {direction!r}; valid: {', '.join(BYTE_DIRECTIONS)}")
+        if quality not in QUALITIES:
+            raise ValueError(f"unknown quality {quality!r}; valid: {', '.join(QUALITIES)}")
+        out = agg.copy()
+        out["rank"] = pd.Series(pd.NA, index=out.index, dtype="Int64")
+        if out.empty:
+            return out
+        col = QUALITIES[quality][0]
+        out["quality"] = out[col] if col in out else np.nan
+        sign = np.where(out["higher_is_better"].astype(bool), -1.0, 1.0)  # smaller key = better
+        quality_key = pd.Series(out["quality"].to_numpy(float) * sign, index=out.index)
+        keys = self.keys(out, quality_key, min_ratio=min_ratio, network=network, direction=direction)
+        key_cols = []
+        for i, k in enumerate(keys):
+            out[f"_k{i}"] = k.astype(float)
+            key_cols.append(f"_k{i}")
+        for _, g in out.groupby(["task", "tier"], sort=False):
+            g = g[g["_k0"].notna()]
+            if g.empty:
+                continue
+            out.loc[g.index, "rank"] = self._positions(g, key_cols)
+        out["_rank_sort"] = out["rank"].astype(float).fillna(np.inf)
+        ties = ["entry", "compressor"] + (["setup"] if "setup" in out else [])
+        out = out.sort_values(["task", "tier", "_rank_sort", *key_cols, *ties], kind="stable")
+        return out.drop(columns=[*key_cols, "_rank_sort"]).reset_index(drop=True)
+
+    def _positions(self, g: pd.DataFrame, key_cols: list[str]) -> list[int]:
+        """Dense position of the lexicographic key; equal keys share the smaller rank."""
+        tuples = list(zip(*(g[c] for c in key_cols)))
+        counts: dict[tuple, int] = {}
+        for t in tuples:
+            counts[t] = counts.get(t, 0) + 1
+        pos, r = {}, 1
+        for tup in sorted(counts):
+            pos[tup] = r
+            r += counts[tup]
+        return [pos[t] for t in tuples]
+
+
+class QualityAtRatio(Rule):
+    def keys(self, out, quality_key, *, min_ratio, network, direction):
+        eligible = (out["n"] > 0) & quality_key.notna()
+        if min_ratio is not None:
+            eligible &= out[f"ratio_{direction}"] >= float(min_ratio)
+        return [quality_key.where(eligible)]
+
+
+class TimeToTarget(Rule):
+    def keys(self, out, quality_key, *, min_ratio, network, direction):
+        profiles = [c.split("@", 1)[1] for c in out.columns if c.startswith("time_to_target_s@")]
+        if not profiles:
+            raise ValueError("no record has modeled times, so time_to_target cannot rank")
+        network = network or network_profiles(out)[0]
+        if network not in profiles:
+            raise ValueError(f"unknown network profile {network!r}; valid: {', '.join(profiles)}")
+        t, reached = out[f"time_to_target_s@{network}"], out[f"reached@{network}"]
+        eligible = out["n"] > 0
+        reach_class = np.where(reached >= 1.0, 0, np.where(reached > 0, 1, 2))  # all / some / none
+        return [pd.Series(reach_class, index=out.index).where(eligible), t.fillna(np.inf)]
+
+
+class ParetoRank(Rule):
+    def keys(self, out, quality_key, *, min_ratio, network, direction):
+        eligible = out["n"] > 0
+        col = f"bytes_per_step_{direction}"
+        pr = pd.Series(pd.NA, index=out.index, dtype="Int64")
+        for _, g in out[eligible].groupby(["task", "tier"], sort=False):
+            hib = bool(g["higher_is_better"].iloc[0])
+            pr.loc[g.index] = pareto_ranks(g, col, "quality", maximize_y=hib)
+        out["pareto_rank"] = pr
+        return [pr.astype(float), quality_key]
+
+    def _positions(self, g, key_cols):
+        return list(g["_k0"].astype(int))  # the rank is the Pareto level itself (ties share it)
+
+
+RULES: dict[str, Rule] = {
+    r.name: r
+    for r in (
+        QualityAtRatio(
+            "quality_at_ratio",
+            "Best quality at a compression ratio",
+            "Entries whose mean compression ratio (raw bytes / bytes on the wire, measured from the "
+            "tensors that crossed the wire, over the chosen direction or all directions together) is at "
+            "least the chosen minimum are ranked by their mean final quality over seeds ({better}). "
+            "Entries below the ratio are listed without a rank. The delta column compares with the "
+            "entry's own uncompressed baseline of the same task, tier, run setup and machine, or, marked "
+            "as such, the maintainers' baseline; stars mark a significant difference by Welch's t-test "
+            "over seeds (* p<0.05, ** p<0.01, *** p<0.001; 'n too small' when either side has fewer "
+            "than 2 seeds), and 'not resolved' marks a difference smaller than the minimal detectable "
+            "difference of the task and tier (measured seed spread and evaluation-set size): noise, "
+            "not order.",
+        ),
+        TimeToTarget(
+            "time_to_target",
+            "Fastest time-to-target on a network",
+            "Entries are ranked by the modeled wall-clock time to first reach the task's target quality "
+            "when the measured compute time and the measured bytes per step are replayed over the chosen "
+            "network (bandwidth and latency). The time is the mean over the seeds that reached "
+            "the target. Entries whose every seed reached the target rank first, then entries where only "
+            "some seeds reached it (the reached column says how many), and entries that never reached "
+            "the target rank last.",
+            needs_network=True,
+        ),
+        ParetoRank(
+            "pareto",
+            "Pareto rank: quality versus bytes",
+            "Each entry is a point (bytes per training step on the wire, mean final quality). Rank 1 is "
+            "the Pareto frontier: no other entry is at least as good on both (fewer or equal bytes and "
+            "equal or better quality) and strictly better on one. Rank 2 is the frontier once rank 1 is "
+            "removed, and so on. Within a rank, entries are listed by quality ({better}). The plot below "
+            "shows the frontier highlighted.",
+        ),
+    )
+}
+
+
+def rank(
+    agg: pd.DataFrame,
+    rule: str,
+    *,
+    min_ratio: float | None = None,
+    network: str | None = None,
+    direction: str = "total",
+    quality: str = "compressed",
+) -> pd.DataFrame:
+    """``RULES[rule].rank(agg, ...)`` (see :meth:`Rule.rank`); an unknown rule lists the valid ones."""
+    if rule not in RULES:
+        raise ValueError(f"unknown ranking rule {rule!r}; valid rules: {', '.join(RULES)}")
+    return RULES[rule].rank(agg, min_ratio=min_ratio, network=network, direction=direction, quality=quality)

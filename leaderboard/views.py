@@ -1,0 +1,341 @@
+"""Views: what the page and the report show, built from frames (strings and small frames).
+
+- :func:`display_table`: the human-readable ranking table.
+- :func:`curve_frame`: training curves (quality per step) of chosen rows.
+- :func:`time_to_quality_frame`: quality against modeled wall-clock at a chosen network.
+- :func:`entry_detail` / :func:`entry_card`: one row's records, as JSON and as a readable card.
+
+No Streamlit here (``leaderboard/app.py`` renders these; ``mpcbench report`` prints them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Iterable
+
+import pandas as pd
+
+from leaderboard.frame import DIRECTIONS, _num
+from leaderboard.networks import Link, cumulative_times
+
+__all__ = [
+    "curve_frame",
+    "time_to_quality_frame",
+    "entry_detail",
+    "entry_card",
+    "display_table",
+    "machine_note",
+    "row_label",
+]
+
+
+def _selected(frame: pd.DataFrame, selection: Iterable[tuple[str, ...]] | None) -> pd.Series:
+    """Rows matching any (entry, compressor) or (entry, compressor, setup) tuple (None: all)."""
+    if selection is None:
+        return pd.Series(True, index=frame.index)
+    setup = frame["setup"] if "setup" in frame else pd.Series("", index=frame.index)
+    keep = pd.Series(False, index=frame.index)
+    for sel in selection:
+        m = (frame["entry"] == sel[0]) & (frame["compressor"] == sel[1])
+        if len(sel) > 2:
+            m &= setup == sel[2]
+        keep |= m
+    return keep
+
+
+def curve_frame(frame: pd.DataFrame, selection: Iterable[tuple[str, ...]] | None = None) -> pd.DataFrame:
+    """Long frame of training curves: one row per (record, eval point) with ``entry, compressor,
+    setup, seed, label, step, metric, metric_uncompressed, train_loss, wall_s``. ``selection``:
+    (entry, compressor) pairs (any setup) or (entry, compressor, setup) triples to keep (None:
+    all). ``label`` is ``entry / compressor``, plus ``/ setup`` when the kept curves come from
+    more than one setup (so two setups of one compressor are two lines)."""
+    cols = ["task", "tier", "entry", "compressor", "setup", "seed", "label", "step", "metric",
+            "metric_uncompressed", "train_loss", "wall_s"]  # fmt: skip
+    rows = []
+    if not frame.empty:
+        sub = frame[(frame["status"] == "ok") & frame["latest"]]
+        sub = sub[_selected(sub, selection)]
+        if "setup" not in sub:
+            sub = sub.assign(setup="")
+        several = sub["setup"].nunique() > 1
+        for r in sub.itertuples(index=False):
+            label = f"{r.entry} / {r.compressor}" + (f" / {r.setup}" if several else "")
+            for p in r.curve:
+                if not isinstance(p, dict):
+                    continue
+                rows.append(
+                    dict(task=r.task, tier=r.tier, entry=r.entry, compressor=r.compressor, setup=r.setup,
+                         seed=r.seed, label=label, step=_num(p.get("step")),
+                         metric=_num(p.get("metric")), metric_uncompressed=_num(p.get("metric_uncompressed")),
+                         train_loss=_num(p.get("train_loss")), wall_s=_num(p.get("wall_s")))
+                )  # fmt: skip
+    return pd.DataFrame(rows, columns=cols)
+
+
+def entry_detail(
+    frame: pd.DataFrame, task: str, tier: str, entry: str, compressor: str, setup: str | None = None
+) -> dict[str, Any]:
+    """Everything about one leaderboard row, JSON-able: entry info, setup, specs, provenance,
+    config, the per-seed results, and ``warnings``: ``{"seed", "warning"}`` for every warning
+    line of the latest records (the ones the ranking counts), for the detail view. ``setup``
+    picks the row of that setup (None: the records of every setup; the top-level ``setup`` is
+    then None when they differ, each seed names its own)."""
+    g = frame[(frame["task"] == task) & (frame["tier"] == tier) & (frame["entry"] == entry)
+              & (frame["compressor"] == compressor)]  # fmt: skip
+    if "setup" not in g:
+        g = g.assign(setup="")
+    if setup is not None:
+        g = g[g["setup"] == setup]
+    if g.empty:
+        return {}
+    g = g.sort_values("seed")
+    last = g[g["latest"]].iloc[-1] if g["latest"].any() else g.iloc[-1]
+    seeds, warned = [], []
+    for r in g.itertuples(index=False):
+        if r.latest:
+            warned += [{"seed": r.seed, "warning": w} for w in r.warnings]
+        seeds.append(
+            {
+                "seed": r.seed, "setup": r.setup, "status": r.status, "error": r.error or None, "latest": bool(r.latest),
+                "final_metric": None if math.isnan(r.final_metric) else r.final_metric,
+                "ratio_total": None if math.isnan(r.ratio_total) else round(r.ratio_total, 4),
+                "step_s": None if math.isnan(r.step_s) else r.step_s,
+                "warnings": list(r.warnings), "record_id": r.record_id, "created": r.created,
+            }
+        )  # fmt: skip
+    return {
+        "entry": entry,
+        "entry_info": _info(last.get("entry_info")) or {"name": last["entry_name"]},
+        "submitter": last["submitter"],
+        "task": task,
+        "tier": tier,
+        "compressor": compressor,
+        "setup": setup if setup is not None else (g["setup"].iloc[0] if g["setup"].nunique() == 1 else None),
+        "specs": {d: last[f"spec_{d}"] for d in DIRECTIONS},
+        "plugin_hash": last["plugin_hash"],
+        "machine": last.get("machine", ""),
+        "load_1m": None if math.isnan(_num(last.get("load_1m"))) else float(last["load_1m"]),
+        "provenance": last.get("provenance", {}),
+        "config": last.get("config", {}),
+        "seeds": seeds,
+        "warnings": warned,
+    }
+
+
+def _info(v: Any) -> dict[str, Any]:
+    """An ``entry_info`` column value: a dict (from records) or a JSON string (from the index)."""
+    if isinstance(v, dict):
+        return v
+    try:
+        d = json.loads(v) if isinstance(v, str) and v else {}
+    except ValueError:
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def row_label(entry: str, compressor: str, setup: str = "", machine: str = "", *, with_setup: bool = False,
+              with_machine: bool = False) -> str:
+    """``entry / compressor`` (+ ``/ setup``, ``/ machine`` where rows differ only by those)."""
+    return f"{entry} / {compressor}" + (f" / {setup}" if with_setup else "") + (f" / {machine}" if with_machine else "")
+
+
+def machine_note(machine: str, load_1m: float, cpu_count: float) -> str:
+    """The machine and how loaded it was, next to every measured time: ``"Xeon ..., 2 cores;
+    load 3.1"`` (load average over the last minute when the record was written: runnable
+    processes; above the core count the times are inflated). ``"load ?"`` when not recorded."""
+    load = _num(load_1m)
+    text = machine or "machine ?"
+    if math.isnan(load):
+        return f"{text}; load ?"
+    cores = _num(cpu_count)
+    busy = f" ({load / cores:.0%} of {int(cores)} cores)" if cores and not math.isnan(cores) else ""
+    return f"{text}; load {load:.2g}{busy}"
+
+
+def time_to_quality_frame(
+    frame: pd.DataFrame, link: Link, selection: Iterable[tuple[str, ...]] | None = None, *, quality: str = "compressed"
+) -> pd.DataFrame:
+    """Quality against modeled wall-clock at ``link``, one line per row (entry, compressor,
+    setup): for each curve point, the seconds the run's stored timing inputs take to reach
+    that step on ``link`` (:func:`leaderboard.networks.cumulative_times`), averaged over the
+    seeds at that step, with the quality (``metric`` or ``metric_uncompressed`` per
+    ``quality``) averaged likewise. Columns: ``label, entry, compressor, setup, step,
+    time_s, metric, seeds, source`` (``"modeled"``; emulated-link measurements, where a record
+    carries them under ``emulated``, are added with ``source = "emulated <link>"``)."""
+    cols = ["label", "entry", "compressor", "setup", "step", "time_s", "metric", "seeds", "source"]
+    if frame.empty:
+        return pd.DataFrame(columns=cols)
+    sub = frame[(frame["status"] == "ok") & frame["latest"]]
+    sub = sub[_selected(sub, selection)]
+    if "setup" not in sub:
+        sub = sub.assign(setup="")
+    several = sub["setup"].nunique() > 1
+    key = "metric" if quality == "compressed" else "metric_uncompressed"
+    points = []
+    for r in sub.itertuples(index=False):
+        name = getattr(r, "compressor_label", "") or r.compressor
+        label = row_label(r.entry, name, r.setup, with_setup=several)
+        curve = [p for p in r.curve if isinstance(p, dict)]
+        steps = [_num(p.get("step")) for p in curve]
+        times = cumulative_times(getattr(r, "timing_inputs", ""), link, steps)
+        for p, k, t in zip(curve, steps, times):
+            points.append((label, r.entry, name, r.setup, k, t, _num(p.get(key)), r.seed, "modeled"))
+        for em in _emulated(getattr(r, "emulated", None)):
+            for k, t, m in em["points"]:
+                points.append((label, r.entry, name, r.setup, k, t, m, r.seed, f"emulated {em['link']}"))
+    long = pd.DataFrame(points, columns=cols[:-2] + ["seed", "source"])
+    long = long.dropna(subset=["time_s", "metric"])
+    if long.empty:
+        return pd.DataFrame(columns=cols)
+    out = long.groupby(["label", "entry", "compressor", "setup", "source", "step"], sort=True).agg(
+        time_s=("time_s", "mean"), metric=("metric", "mean"), seeds=("seed", "nunique")
+    )
+    return out.reset_index()[cols]
+
+
+def _emulated(v: Any) -> list[dict[str, Any]]:
+    """Emulated-link measurements of a record: ``[{"link": name, "points": [(step, wall_s, metric)]}]``
+    from ``emulated: {<link name>: {"curve": [{"step", "wall_s", "metric"}, ...]}}`` (absent: [])."""
+    out = []
+    for name, m in (v.items() if isinstance(v, dict) else []):
+        curve = m.get("curve") if isinstance(m, dict) else None
+        pts = [(_num(p.get("step")), _num(p.get("wall_s")), _num(p.get("metric")))
+               for p in (curve if isinstance(curve, list) else []) if isinstance(p, dict)]  # fmt: skip
+        if pts:
+            out.append({"link": " ".join(str(name).split())[:40], "points": pts})
+    return out
+
+
+def entry_card(detail: dict[str, Any]) -> list[tuple[str, str]]:
+    """A readable card of :func:`entry_detail`: (field, text) pairs for who, what, setup,
+    machine and load, code version, plugin source, per-seed results. Plain text only: every
+    value comes from a record or entry.yaml, so the page shows it as text, never markup."""
+    if not detail:
+        return []
+    info = detail.get("entry_info") or {}
+    prov = detail.get("provenance") or {}
+    seeds = detail.get("seeds") or []
+    ok = [s for s in seeds if s.get("status") == "ok" and s.get("latest")]
+    plugin = str(info.get("plugin") or "")
+    src = f"records/{detail['entry']}/{plugin}" if plugin.endswith(".py") else (plugin or "built-in compressors")
+    commit = str(prov.get("git_commit") or "?")[:12] + (" (modified checkout)" if prov.get("git_dirty") else "")
+    results = "; ".join(
+        f"seed {s['seed']}: {s['final_metric']:.4g}" if s.get("final_metric") is not None else f"seed {s['seed']}: {s['status']}"
+        for s in seeds if s.get("latest")
+    )  # fmt: skip
+    rows = [
+        ("entry", f"{info.get('name') or detail['entry']} ({detail['entry']})"),
+        ("submitted by", f"{detail.get('submitter') or '?'}" + (f" on {info['date']}" if info.get("date") else "")),
+        ("description", str(info.get("description") or "-")),
+        ("compressor", f"{detail['compressor']}  (forward: {detail['specs'].get('forward') or '-'}, "
+                       f"backward: {detail['specs'].get('backward') or '-'}, dp: {detail['specs'].get('dp') or '-'})"),
+        ("task / tier", f"{detail['task']} / {detail['tier']}"),
+        ("setup", str(detail.get("setup") or "-")),
+        ("machine and load", machine_note(detail.get("machine") or "", detail.get("load_1m") or math.nan,
+                                          (prov.get("machine") or {}).get("cpu_affinity") or math.nan)),
+        ("code version", f"{commit}, mpcbench {prov.get('mpcbench_version') or '?'}"),
+        ("plugin source", f"{src}" + (f" (hash {detail['plugin_hash']})" if detail.get("plugin_hash") else "")),
+        ("results", f"{len(ok)} ok seed(s): {results or '-'}"),
+    ]  # fmt: skip
+    return [(k, " ".join(v.split())[:2000]) for k, v in rows]
+
+
+def _fmt_bytes(v: float) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g} {unit}"
+    return f"{v:.0f} B"
+
+
+def _fmt(v: float, spec: str = ".4g", suffix: str = "") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:{spec}}{suffix}"
+
+
+def display_table(
+    ranked: pd.DataFrame,
+    *,
+    network: str | None = None,
+    direction: str = "total",
+    quality: str = "compressed",
+    mark_unresolved: bool = False,
+) -> pd.DataFrame:
+    """Human-readable ranking table (strings) from :meth:`leaderboard.rules.Rule.rank` output:
+    rank (with ``mark_unresolved``, for rules that rank by quality: ``"4 (≈3)"`` when the row's quality is within the minimal detectable difference of
+    the row above: not resolved from it), entry, compressor with its parameters where the
+    records spell them out, quality ``mean ± std (n)`` (the metric the task reports, headed
+    with its name; ``"(no compression at eval)"`` when ``quality="uncompressed"``), delta
+    against the baseline with its significance marker (``"not resolved"`` below the MDD,
+    ``"vs maintainers'"`` when the entry has no baseline of its own), compression ratio per
+    direction (``-``: nothing sent that way) and for ``direction``, wire bytes per step,
+    measured step and train time with the machine and its load next to them, modeled
+    time-to-target at ``network`` with how many seeds reached the target, the number of
+    failed seeds and ``warnings`` (``⚠ N``; each column left out when no row has any).
+    ``setup`` / ``machine`` columns (after compressor) appear only when the rows come from
+    more than one run setup / machine class."""
+    rows = []
+    several_setups = "setup" in ranked and ranked["setup"].nunique() > 1
+    several_machines = "machine" in ranked and ranked["machine"].nunique() > 1
+    names = [n for n in ranked.get("metric_name", pd.Series(dtype=str)) if n]
+    metric_header = (names[0] if names else "quality") + (" (no compression at eval)" if quality == "uncompressed" else "")
+    qcol = "metric_mean" if quality == "compressed" else "metric_uncompressed_mean"
+    prev: tuple[float, str] | None = None  # (quality, rank text) of the ranked row above, per table
+    for r in ranked.to_dict("records"):
+        std = r.get("metric_std") if quality == "compressed" else math.nan
+        q = _num(r.get(qcol, math.nan))
+        quality_text = "-" if r["n"] == 0 or math.isnan(q) else (
+            f"{q:.4f} ± {std:.4f} (n={r['n']})" if not math.isnan(std) else f"{q:.4f} (n={r['n']})"
+        )  # fmt: skip
+        if r["significance"] in ("baseline", "no baseline", "no results"):
+            delta = r["significance"]
+        else:
+            delta = f"{r['delta']:+.4f} {r['significance']}"
+            if r.get("resolved") is False:
+                delta += ", not resolved"
+        if r.get("baseline_kind") == "maintainers":
+            delta += " (vs maintainers'" + ("" if r.get("baseline_same_machine") is not False else ", other machine") + ")"
+        rank_text = "-" if pd.isna(r["rank"]) else str(int(r["rank"]))
+        mdd = _num(r.get("mdd", math.nan))
+        if mark_unresolved and rank_text != "-" and prev is not None and not math.isnan(mdd) and not math.isnan(q) and abs(q - prev[0]) < mdd:
+            rank_text += f" (≈{prev[1].split(' ')[0]})"
+        if rank_text != "-":
+            prev = (q, rank_text)
+        row = {
+            "rank": rank_text,
+            "entry": r["entry"],
+            "compressor": r.get("compressor_label") or r["compressor"],
+            **({"setup": r["setup"] or "-"} if several_setups else {}),
+            **({"machine": r["machine"] or "-"} if several_machines else {}),
+            metric_header: quality_text,
+            "Δ vs none": delta,
+        }
+        if direction == "total":
+            row["ratio fwd / bwd / dp"] = " / ".join(_fmt(r.get(f"ratio_{d}", math.nan), ".3g") for d in DIRECTIONS)
+        row[f"ratio {direction}"] = _fmt(r.get(f"ratio_{direction}", math.nan), ".3g", "x")
+        row[f"bytes/step {direction}"] = _fmt_bytes(r.get(f"bytes_per_step_{direction}", math.nan))
+        row["step time"] = _fmt(r.get("step_s", math.nan), ".3g", " s")
+        row["train time"] = _fmt(r.get("total_train_s", math.nan), ".3g", " s")
+        row["measured on (load)"] = machine_note(r.get("machine", ""), r.get("load_1m", math.nan), r.get("cpu_count", math.nan))
+        if network and f"time_to_target_s@{network}" in r:
+            t, reached = r[f"time_to_target_s@{network}"], r.get(f"reached@{network}", 0.0)
+            k = int(round(reached * r["n"])) if r["n"] else 0
+            row[f"time-to-target @ {network}"] = "-" if r["n"] == 0 else (
+                "not reached" if math.isnan(t) else _fmt(t, ".3g", " s")
+            ) + f" ({k}/{r['n']})"
+        if r.get("n_failed"):
+            row["failed"] = str(r["n_failed"])
+        else:
+            row["failed"] = ""
+        n_warn = r.get("n_warnings")
+        n_warn = int(n_warn) if isinstance(n_warn, (int, float)) and not math.isnan(n_warn) else 0
+        row["warnings"] = f"⚠ {n_warn}" if n_warn else ""
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    for col in ("failed", "warnings"):
+        if col in table and not table[col].astype(bool).any():
+            table = table.drop(columns=col)  # nothing to flag here: no empty column
+    return table

@@ -1,0 +1,55 @@
+"""The minimal detectable difference and the "not resolved" mark (issue 18)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from leaderboard.frame import to_frame
+from leaderboard.statistics import aggregate, minimal_detectable_difference
+from leaderboard.views import display_table
+from leaderboard.rules import rank
+
+
+def test_mdd_matches_the_issue_figure():
+    # cifar10 quick: seed std 0.027, 3 vs 3 seeds -> about 6 points reach p < 0.05
+    assert minimal_detectable_difference(0.027, 3, 3) == pytest.approx(2.7764 * 0.027 * math.sqrt(2 / 3), rel=1e-3)
+
+
+def test_mdd_grows_with_power_and_eval_noise_and_shrinks_with_seeds():
+    base = minimal_detectable_difference(0.02, 3, 3)
+    assert minimal_detectable_difference(0.02, 3, 3, power=0.8) > base
+    assert minimal_detectable_difference(0.02, 3, 3, eval_samples=512, metric_level=0.5) > base
+    assert minimal_detectable_difference(0.02, 3, 3, eval_samples=512, metric_level=None) == base  # a loss: no term
+    assert minimal_detectable_difference(0.02, 10, 10) < base
+
+
+@pytest.mark.parametrize("std,n,nb", [(math.nan, 3, 3), (0.02, 0, 3), (0.02, 3, 0), (-1.0, 3, 3)])
+def test_mdd_is_nan_without_inputs(std, n, nb):
+    assert math.isnan(minimal_detectable_difference(std, n, nb))
+
+
+def test_differences_below_the_mdd_are_marked_not_resolved(records):
+    agg = aggregate(to_frame(records))
+    cifar = agg[agg.task == "cifar10"].set_index("compressor")
+    # fixtures: fp16 equals none up to +-0.004 seed noise; topk loses 0.04 with tiny noise
+    assert cifar.loc["fp16", "resolved"] == False  # noqa: E712 - pandas boolean NA
+    assert cifar.loc["topk(ratio=0.1)", "resolved"] == True  # noqa: E712
+    assert cifar.loc["fp16", "mdd"] > abs(cifar.loc["fp16", "delta"])
+    ranked = rank(agg[agg.task == "cifar10"], "quality_at_ratio")
+    table = display_table(ranked, mark_unresolved=True).set_index("compressor")
+    assert table.loc["fp16", "Δ vs none"].endswith("not resolved")
+    assert "not resolved" not in table.loc["topk(ratio=0.1)", "Δ vs none"]
+    # none and fp16 are within the MDD of each other: the second is not ranked apart from the first
+    assert "≈" in table.iloc[1]["rank"] and "≈" not in table.iloc[0]["rank"]
+
+
+def test_single_seed_rows_use_the_measured_task_spread(lb):
+    recs = [lb.make_record("cifar10", c, 0) for c in ("none", "fp16")]
+    for r in recs:
+        r["tier"] = r["config"]["tier"] = "quick"
+    agg = aggregate(to_frame(recs)).set_index("compressor")
+    assert agg.loc["fp16", "significance"] == "n too small"
+    assert agg.loc["fp16", "mdd"] == pytest.approx(minimal_detectable_difference(0.027, 1, 1))
+    assert "issue 18" in agg.loc["fp16", "mdd_source"]
