@@ -2,6 +2,7 @@
 
 One test per cell (parametrized by ``suite.bench.pytest_plugin``). A cell
 
+- with ``--dry-run``, is skipped with its state (to run, already in store, not applicable, broken);
 - is skipped when its compressor does not apply to the task (reason given), when it needs
   a GPU the machine does not have, or when the results store already holds an ``ok`` record
   with the same cell key ("already in store": rerunning an interrupted matrix finishes only
@@ -22,11 +23,13 @@ import pytest
 
 from suite.bench.cell import run_cell
 from suite.bench.matrix import missing_device
-from suite.bench.runner import ALREADY_IN_STORE, summarize_record
+from suite.bench.runner import ALREADY_IN_STORE, cell_state, summarize_record
 
 
-def test_cell(mpcbench_cell, mpcbench_store, benchmark) -> None:
+def test_cell(mpcbench_cell, mpcbench_store, mpcbench_dry_run, benchmark) -> None:
     cell = mpcbench_cell
+    if mpcbench_dry_run:
+        pytest.skip(f"dry run: {cell_state(cell, mpcbench_store.done_keys())}")
     if cell.skip is not None:
         pytest.skip(cell.skip)
     if (missing := missing_device(cell)) is not None:

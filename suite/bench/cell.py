@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from suite import settings
 from suite.pipeline.config import CellConfig
 from .matrix import PlannedCell
 from .record_builder import ResultError, build_record, check_result, failed_record
@@ -117,7 +118,7 @@ def _task_module(task: str) -> tuple[str, ...]:
 
 def _launch(argv: list[str], log: Path, logf: Any, env: dict[str, str], task: str) -> Any:
     """Start the cell process: forked from the fork server when possible, else spawned."""
-    if os.environ.get("MPCBENCH_ISOLATION", "fork") != "spawn" and hasattr(os, "fork") and sys.platform == "linux":
+    if settings.isolation() != "spawn" and hasattr(os, "fork") and sys.platform == "linux":
         from .forkserver import ForkServerError, get_server
 
         try:

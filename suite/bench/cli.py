@@ -19,6 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from suite.results import DEFAULT_STORE
+
+from .options import RUN_OPTIONS, Choices, Option, add_to_argparse
+
 __all__ = ["main", "build_parser"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -132,38 +136,15 @@ def _list_tiers(args: argparse.Namespace) -> None:
 
 # --------------------------------------------------------------------------- run
 def _selection(args: argparse.Namespace):
-    from .matrix import Selection, parse_seeds
+    """The :class:`suite.bench.options.Selection` of ``mpcbench run``'s arguments."""
+    from .options import selection_from
 
-    def absolute(p: str) -> str:
-        return str(Path(p).resolve()) if (p.endswith(".py") or "/" in p) else p
-
-    return Selection(
-        tier=args.tier,
-        tasks=tuple(args.task),
-        compressors=tuple(args.compressor),
-        forward=args.forward,
-        backward=args.backward,
-        dp=args.dp,
-        seeds=parse_seeds(args.seeds, "--seeds") if args.seeds is not None else None,
-        mode=args.mode,
-        device=args.device,
-        stages=args.stages,
-        dp_size=args.dp_size,
-        schedule=args.schedule,
-        microbatches=args.microbatches,
-        steps=args.steps,
-        plugins=tuple(absolute(p) for p in args.plugin),
-        data_dir=str(Path(args.data_dir).resolve()) if args.data_dir else None,
-        cell_timeout_s=args.cell_timeout,
-        baseline=not args.no_baseline,
-        matrix_path=args.matrix,
-        check_consistency=args.check_consistency,
-    )
+    return selection_from(vars(args), Path.cwd())
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .matrix import MatrixError, missing_device, plan_cells
-    from .runner import run_cells
+    from .runner import cell_state, run_cells
     from .store import ResultsStore
 
     cells = plan_cells(_selection(args))
@@ -181,8 +162,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if args.dry_run:
         for c in cells:
-            state = c.skip or (f"broken: {c.error}" if c.error else ("already in store" if c.config.key() in done else "to run"))
-            print(f"{c.test_id}  [{c.config.key()}]  {state}")
+            print(f"{c.test_id}  [{c.config.key()}]  {cell_state(c, done)}")
         return EXIT_OK
     outcomes = run_cells(cells, store, progress=not args.no_progress)
     counts: dict[str, int] = {}
@@ -329,6 +309,17 @@ def _validate_matrix(path: Path) -> tuple[list[str], int]:
 
 
 # --------------------------------------------------------------------------- parser
+def _rules() -> list[str]:
+    from leaderboard.ranking import RULES
+
+    return list(RULES)
+
+
+RULE_CHOICES = Choices(_rules)  # the ranking rules, read from leaderboard.ranking when needed
+# options of ``mpcbench run`` that pytest has its own way of doing (-q, -rs)
+CLI_RUN_OPTIONS = (Option("--no-progress", None, bool, help="plain lines instead of a progress bar"),)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="mpcbench",
@@ -343,42 +334,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("run", help="run one cell or a matrix into the results store")
-    p.add_argument("--tier", default="smoke", help="smoke, quick, gpu or full (default smoke)")
-    p.add_argument("--task", action="append", default=[], help="only this task (repeatable; default: the tier's)")
-    p.add_argument("--compressor", action="append", default=[], help="spec used forward and backward (repeatable); "
-                   "replaces the tier's compressor list (the 'none' baseline is added)")  # fmt: skip
-    p.add_argument("--forward", default=None, help="forward (activation) spec, with --backward for an asymmetric plan")
-    p.add_argument("--backward", default=None, help="backward (activation-gradient) spec")
-    p.add_argument("--dp", default=None, help="data-parallel gradient spec (needs --dp-size >= 2)")
-    p.add_argument("--seeds", default=None, help="seed count (3 = 0,1,2), list (0,4) or range (2:5); default: the tier's")
-    p.add_argument("--mode", default="single", choices=["single", "torchrun"], help="one process, or one per stage via torchrun")
-    p.add_argument("--device", default=None, choices=["cpu", "cuda", "auto"],
-                   help="where cells train (default: the tier's device setting, cpu unless the tier says cuda)")
-    p.add_argument("--stages", type=int, default=None, help="pipeline stages (default: the task's)")
-    p.add_argument("--dp-size", type=int, default=None, help="data-parallel replicas")
-    p.add_argument("--schedule", default=None, choices=["gpipe", "1f1b"])
-    p.add_argument("--microbatches", type=int, default=None)
-    p.add_argument("--steps", type=int, default=None, help="override the tier's step count")
-    p.add_argument("--results", default="results/store.jsonl", help="results store (default results/store.jsonl)")
-    p.add_argument("--plugin", action="append", default=[], help="plugin module or .py file (repeatable)")
-    p.add_argument("--data-dir", default=None, help="data directory (default $MPCBENCH_DATA_DIR, else ../shared/data)")
-    p.add_argument("--cell-timeout", type=float, default=None, help="per-cell time limit in seconds (default: the tier's)")
-    p.add_argument("--no-baseline", action="store_true", help="with --compressor/--forward: do not add the 'none' baseline")
-    p.add_argument("--matrix", default=None, help="matrix YAML (default suite/bench/matrix.yaml)")
-    p.add_argument("--check-consistency", action="store_true", help="debug a plugin: every boundary decodes each "
-                   "payload twice (a twin receiver under another RNG state) and fails the cell if they differ; "
-                   "same as MPCBENCH_CHECK_CONSISTENCY=1; cells already in the store are still skipped")  # fmt: skip
-    p.add_argument("--dry-run", action="store_true", help="list the cells and their state, run nothing")
-    p.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
+    add_to_argparse(p, RUN_OPTIONS + CLI_RUN_OPTIONS)  # the same table as pytest suite's options
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("report", help="ranked table per task and tier")
-    p.add_argument("--results", action="append", default=None, help="results store(s) (default results/store.jsonl)")
+    p.add_argument("--results", action="append", default=None, help=f"results store(s) (default {DEFAULT_STORE})")
     p.add_argument("--records", action="append", default=[], help="also read submissions from this records/ folder")
     p.add_argument("--task", action="append", default=[])
     p.add_argument("--tier", action="append", default=[])
     p.add_argument("--network", default=None, help="network profile for modeled time-to-target (default 1Gbps)")
-    p.add_argument("--rule", default="quality_at_ratio", choices=["quality_at_ratio", "time_to_target", "pareto"])
+    p.add_argument("--rule", default="quality_at_ratio", choices=RULE_CHOICES, metavar="RULE",
+                   help="%(choices)s (default quality_at_ratio)")
     p.add_argument("--min-ratio", type=float, default=None, help="with quality_at_ratio: rank only entries compressing at least this much")
     p.add_argument("--direction", default="total", choices=["forward", "backward", "dp", "total"])
     p.add_argument("--format", default="text", choices=["text", "markdown", "csv"])
@@ -399,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .store import StoreError
 
     if getattr(args, "results", "") is None:
-        args.results = ["results/store.jsonl"]
+        args.results = [DEFAULT_STORE]
     try:
         return args.func(args)
     except (UsageError, ConfigError, CompressorError, StoreError) as e:

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from suite import settings
 from suite.pipeline.config import CellConfig
 
 __all__ = [
@@ -56,8 +57,8 @@ def git_info() -> dict[str, Any]:
     name its commit in ``$MPCBENCH_GIT_COMMIT``; dirtiness is then unknown (None).
     """
     commit = _git("rev-parse", "HEAD")
-    if commit is None and os.environ.get("MPCBENCH_GIT_COMMIT"):
-        return {"git_commit": os.environ["MPCBENCH_GIT_COMMIT"].strip(), "git_dirty": None}
+    if commit is None and settings.git_commit():
+        return {"git_commit": settings.git_commit(), "git_dirty": None}
     if not commit:
         return {"git_commit": None, "git_dirty": None}
     status = _git("status", "--porcelain", "--untracked-files=normal")
@@ -155,9 +156,7 @@ def plugin_hashes(config: CellConfig) -> dict[str, str | None]:
 def consistency_check_on(config: CellConfig) -> bool:
     """Whether the cell runs with the sender/receiver consistency check (``--check-consistency``
     sets ``config.check_consistency``; ``MPCBENCH_CHECK_CONSISTENCY=1`` in the environment too)."""
-    from suite.pipeline.boundary import consistency_check_enabled
-
-    return bool(config.check_consistency) or consistency_check_enabled()
+    return bool(config.check_consistency) or settings.check_consistency()
 
 
 def provenance(config: CellConfig) -> dict[str, Any]:

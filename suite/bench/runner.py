@@ -17,9 +17,18 @@ from .cell import DEFAULT_RUNTIME, run_cell
 from .matrix import PlannedCell
 from .store import ResultsStore
 
-__all__ = ["CellOutcome", "run_cells", "summarize_record", "ALREADY_IN_STORE"]
+__all__ = ["CellOutcome", "run_cells", "summarize_record", "cell_state", "ALREADY_IN_STORE"]
 
 ALREADY_IN_STORE = "already in store"
+
+
+def cell_state(cell: PlannedCell, done_keys: set[str]) -> str:
+    """What a dry run says about ``cell``: its skip reason, ``broken: ...``, already in store, or to run."""
+    if cell.skip:
+        return cell.skip
+    if cell.error:
+        return f"broken: {cell.error}"
+    return ALREADY_IN_STORE if cell.config.key() in done_keys else "to run"
 
 
 @dataclass

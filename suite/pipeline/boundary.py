@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
@@ -55,38 +54,12 @@ __all__ = [
     "derive_seed",
     "GRAD_DTYPES",
     "CONSISTENCY_ENV",
-    "consistency_check_enabled",
-    "consistency_check",
 ]
 
 GRAD_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-CONSISTENCY_ENV = "MPCBENCH_CHECK_CONSISTENCY"  # "1": debug mode, see _End.twins
-
-
-def consistency_check_enabled() -> bool:
-    """Whether ``MPCBENCH_CHECK_CONSISTENCY`` asks for the sender/receiver consistency check."""
-    return os.environ.get(CONSISTENCY_ENV, "").strip().lower() not in ("", "0", "false", "no")
-
-
-@contextmanager
-def consistency_check(enabled: bool) -> Iterator[None]:
-    """Turn the check on for the block when ``enabled`` (``CellConfig.check_consistency``).
-
-    Through the environment variable, so that every process the run starts (torchrun and its
-    stage workers) inherits it; restored afterwards. ``enabled=False`` leaves the variable as
-    the user set it (the variable alone still turns the check on)."""
-    if not enabled or consistency_check_enabled():
-        yield
-        return
-    old = os.environ.get(CONSISTENCY_ENV)
-    os.environ[CONSISTENCY_ENV] = "1"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(CONSISTENCY_ENV, None)
-        else:
-            os.environ[CONSISTENCY_ENV] = old
+# the variable that also turns the check on (read once, in suite.pipeline.runtime.run, into
+# CellConfig.check_consistency; the boundary only sees the config's flag); named in the error
+CONSISTENCY_ENV = "MPCBENCH_CHECK_CONSISTENCY"
 
 
 def derive_seed(*parts: object) -> int:
@@ -205,6 +178,7 @@ class _End:
         device: torch.device,
         seed: int,
         clock: Clock,
+        check_consistency: bool = False,
     ) -> None:
         self.boundary = boundary
         self.fwd = build(forward_spec)
@@ -223,7 +197,7 @@ class _End:
         # from the global RNG, the clock or anything else the sender cannot share does not.
         # Learned (differentiable) decoders are trained, so a twin cannot follow them.
         self.twins: dict[int, Compressor] = {}
-        if consistency_check_enabled():
+        if check_consistency:
             for comp, spec in ((self.fwd, forward_spec), (self.bwd, backward_spec)):
                 if not comp.differentiable:
                     with _other_rng(device, derive_seed(seed, boundary, spec, "twin")):

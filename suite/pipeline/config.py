@@ -20,6 +20,8 @@ __all__ = [
     "CellConfig",
     "ConfigError",
     "SCHEDULES",
+    "MODES",
+    "DEVICES",
 ]
 
 Direction = Literal["forward", "backward", "dp"]
@@ -30,6 +32,8 @@ ROLE_OF_DIRECTION = {
     "dp": TensorRole.WEIGHT_GRAD,
 }
 SCHEDULES = ("gpipe", "1f1b")
+MODES = ("single", "torchrun")  # all stages in one process, or one process per stage (and replica)
+DEVICES = ("cpu", "cuda", "auto")
 
 
 class ConfigError(ValueError):
@@ -192,10 +196,10 @@ class CellConfig:
             raise ConfigError(f"unknown tier {self.tier!r}; valid tiers: {', '.join(cls.tiers)}")
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"unknown schedule {self.schedule!r}; valid schedules: {', '.join(SCHEDULES)}")
-        if self.mode not in ("single", "torchrun"):
-            raise ConfigError(f"unknown mode {self.mode!r}; valid modes: single, torchrun")
-        if self.device not in ("cpu", "cuda", "auto"):
-            raise ConfigError(f"unknown device {self.device!r}; valid devices: cpu, cuda, auto")
+        if self.mode not in MODES:
+            raise ConfigError(f"unknown mode {self.mode!r}; valid modes: {', '.join(MODES)}")
+        if self.device not in DEVICES:
+            raise ConfigError(f"unknown device {self.device!r}; valid devices: {', '.join(DEVICES)}")
         n = self.stages or cls.default_stages
         if n not in cls.stage_choices:
             raise ConfigError(

@@ -13,9 +13,11 @@ failing rank; in single mode the original exception propagates (e.g. ``Compresso
 from __future__ import annotations
 
 import time
+from dataclasses import replace
+
+from suite import settings
 
 from .accounting import ByteMeter
-from .boundary import consistency_check
 from .config import CellConfig, ConfigError
 from .errors import RunError, RunTimeout
 from .result import RunResult
@@ -29,16 +31,17 @@ __all__ = ["run", "run_single", "preflight", "RunError", "RunTimeout"]
 def run(config: CellConfig) -> RunResult:
     """Validate ``config`` and train the cell it describes; return what was measured.
 
-    ``config.check_consistency`` turns on the boundaries' sender/receiver consistency check for
-    this run (and the torchrun workers it starts)."""
+    ``config.check_consistency`` (or ``MPCBENCH_CHECK_CONSISTENCY=1``, read here once) turns on
+    the boundaries' sender/receiver consistency check; the config carries it to every stage
+    (and every torchrun worker)."""
     cfg = config.validate()
+    cfg = replace(cfg, check_consistency=cfg.check_consistency or settings.check_consistency())
     preflight(cfg)
-    with consistency_check(cfg.check_consistency):
-        if cfg.mode == "single":
-            return run_single(cfg)
-        from .launch import launch
+    if cfg.mode == "single":
+        return run_single(cfg)
+    from .launch import launch
 
-        return launch(cfg)
+    return launch(cfg)
 
 
 def preflight(cfg: CellConfig) -> None:

@@ -21,12 +21,13 @@ wait for it. Two ways to fix that:
 
 from __future__ import annotations
 
-import os
 import time
 from collections import defaultdict
 from typing import Any, Callable
 
 import torch
+
+from suite import settings
 
 __all__ = ["Clock", "SECTIONS", "CLOCK_ENV"]
 
@@ -43,9 +44,7 @@ class Clock:
     """
 
     def __init__(self, device: torch.device, event_factory: Callable[[], Any] | None = None) -> None:
-        mode = os.environ.get(CLOCK_ENV, "events")
-        if mode not in ("events", "sync"):
-            raise ValueError(f"{CLOCK_ENV}={mode!r}: valid values are events, sync")
+        mode = settings.clock()
         cuda = device.type == "cuda"
         self._sync_device = cuda and mode == "sync"
         if event_factory is None and cuda and mode == "events":

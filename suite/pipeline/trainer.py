@@ -132,7 +132,7 @@ def train(
 
         def end(cls, b: int, peer_stage: int):
             e = cls(b, cfg.plan.spec_for("forward", b), cfg.plan.spec_for("backward", b), transport,
-                    placement.rank(peer_stage), device, cfg.seed, clock)  # fmt: skip
+                    placement.rank(peer_stage), device, cfg.seed, clock, cfg.check_consistency)  # fmt: skip
             for c in e.compressors() + e.twin_compressors():  # twins: consistency check only
                 c.bind(features)
                 c.to(device)

@@ -16,13 +16,15 @@ import os
 import signal
 import sys
 
+from suite import settings
+
 
 _T0 = __import__("time").perf_counter()
 
 
 def _trace(msg: str) -> None:
     """``MPCBENCH_TRACE=1``: print phase timestamps (start-up cost diagnosis)."""
-    if os.environ.get("MPCBENCH_TRACE"):
+    if settings.trace():
         print(f"[{os.environ.get('RANK', '?')}] +{__import__('time').perf_counter() - _T0:.2f}s {msg}", flush=True)
 
 

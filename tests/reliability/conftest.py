@@ -43,7 +43,7 @@ def faulty_registry() -> Iterator[None]:
     elsewhere that iterate over ``compressors.available()`` never meet them."""
     from compressors import registry
     from compressors.registry import load_plugin
-    from suite.bench.matrix import _plugin_module
+    from suite.bench.plugins import plugin_module
 
     registry.discover()
     saved = dict(registry._REGISTRY)
@@ -56,4 +56,4 @@ def faulty_registry() -> Iterator[None]:
         registry._REGISTRY.update(saved)
         for name in [n for n in registry._REGISTRY if n.startswith("fault_")]:
             registry._REGISTRY.pop(name)
-        sys.modules.pop(_plugin_module(FAULTY), None)  # the next load imports (and registers) again
+        sys.modules.pop(plugin_module(FAULTY), None)  # the next load imports (and registers) again

@@ -1,0 +1,225 @@
+"""The matrix file: read ``suite/bench/matrix.yaml`` (or another), validate its structure.
+
+A tier lists tasks, compressor entries and seeds. An entry is a spec string (the same
+compressor forward and backward) or a mapping::
+
+    - topk(ratio=0.1)                                  # forward = backward
+    - {forward: quant(bits=4), backward: quant(bits=8)}
+    - {both: none, dp: powersgd(rank=4), dp_size: 2}   # + cell settings
+    - {forward: subspace, backward: subspace, tasks: [shakespeare]}
+
+Entry keys besides the plan (``forward``, ``backward``, ``dp``, ``both``, ``per_boundary``):
+``tasks`` (restrict the entry), and the cell settings ``stages``, ``dp_size``, ``schedule``,
+``microbatches``, ``compress_warmup_steps``, ``eval_uncompressed``, ``steps``. A tier may set
+the same settings for all its cells under ``settings``. Names (tasks, compressors) are
+resolved later, by :func:`suite.bench.matrix.plan_cells`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from suite.pipeline.config import CompressionPlan, ConfigError
+
+__all__ = ["MATRIX_PATH", "MatrixError", "Entry", "Tier", "Matrix", "load_matrix", "parse_seeds", "SETTING_KEYS"]
+
+MATRIX_PATH = Path(__file__).with_name("matrix.yaml")
+SCHEMA = "mpcbench.matrix/1"
+PLAN_KEYS = ("forward", "backward", "dp", "both", "per_boundary")
+# entry / tier setting -> CellConfig field
+SETTING_KEYS = {
+    "stages": "stages",
+    "dp_size": "dp",
+    "schedule": "schedule",
+    "microbatches": "microbatches",
+    "compress_warmup_steps": "compress_warmup_steps",
+    "eval_uncompressed": "eval_uncompressed",
+    "steps": "steps",
+    "device": "device",  # a tier's default device (the gpu tier: cuda); --device overrides it
+}
+TIER_KEYS = ("description", "tasks", "seeds", "compressors", "cell_timeout_s", "settings")
+
+
+class MatrixError(ConfigError):
+    """The matrix file or a command-line selection is invalid (one line, names the problem)."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One compressor entry of a tier: a plan, optional task restriction and cell settings."""
+
+    plan: CompressionPlan
+    tasks: tuple[str, ...] | None = None
+    settings: tuple[tuple[str, Any], ...] = ()  # (CellConfig field, value)
+
+
+@dataclass(frozen=True)
+class Tier:
+    name: str
+    description: str
+    tasks: tuple[str, ...]
+    seeds: tuple[int, ...]
+    entries: tuple[Entry, ...]
+    cell_timeout_s: float | None = None
+    settings: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Matrix:
+    tiers: Mapping[str, Tier]
+    source: str
+
+    def tier(self, name: str) -> Tier:
+        if name not in self.tiers:
+            raise MatrixError(f"unknown tier {name!r}; valid tiers: {', '.join(self.tiers)}")
+        return self.tiers[name]
+
+
+# --------------------------------------------------------------------------- loading
+def parse_seeds(value: Any, where: str = "seeds") -> tuple[int, ...]:
+    """Seeds as a count (``3`` -> 0, 1, 2), a list (``[0, 4]``, ``"0,4"``) or a range (``"2:5"``)."""
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        if isinstance(value, int):
+            if value < 1:
+                raise ValueError
+            return tuple(range(value))
+        if isinstance(value, (list, tuple)):
+            seeds = [int(s) if not isinstance(s, bool) and float(s) == int(s) else _bad() for s in value]
+        elif isinstance(value, str):
+            text = value.strip()
+            if ":" in text:
+                lo, hi = (int(x) for x in text.split(":"))
+                seeds = list(range(lo, hi))
+            elif "," in text:
+                seeds = [int(x) for x in text.split(",") if x.strip()]
+            else:
+                return parse_seeds(int(text), where)
+        else:
+            raise ValueError
+        if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+            raise ValueError
+        return tuple(seeds)
+    except (ValueError, TypeError):
+        raise MatrixError(
+            f"{where}: {value!r} is not a seed count (3 = seeds 0,1,2), a list (0,4,7) or a range (2:5) "
+            "of distinct non-negative integers"
+        ) from None
+
+
+def _bad() -> int:
+    raise ValueError
+
+
+def _settings(d: Mapping[str, Any], where: str) -> tuple[tuple[str, Any], ...]:
+    out = []
+    for k, v in d.items():
+        if k not in SETTING_KEYS:
+            raise MatrixError(f"{where}: unknown setting {k!r}; valid settings: {', '.join(SETTING_KEYS)}")
+        out.append((SETTING_KEYS[k], v))
+    return tuple(out)
+
+
+def _entry(raw: Any, where: str) -> Entry:
+    if isinstance(raw, str):
+        return Entry(CompressionPlan.from_dict(raw))
+    if not isinstance(raw, dict):
+        raise MatrixError(f"{where}: a compressor entry must be a spec string or a mapping, got {type(raw).__name__}")
+    raw = dict(raw)
+    for k in raw:
+        if not isinstance(k, str):
+            raise MatrixError(f"{where}: key {k!r} must be a string")
+    tasks = raw.pop("tasks", None)
+    if tasks is not None:
+        if isinstance(tasks, str):
+            tasks = [tasks]
+        if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+            raise MatrixError(f"{where}.tasks must be a list of task names")
+        tasks = tuple(tasks)
+    unknown = set(raw) - set(PLAN_KEYS) - set(SETTING_KEYS)
+    if unknown:
+        raise MatrixError(
+            f"{where}: unknown key(s) {sorted(unknown)}; valid keys: "
+            f"{', '.join([*PLAN_KEYS, 'tasks', *SETTING_KEYS])}"
+        )
+    settings = _settings({k: v for k, v in raw.items() if k in SETTING_KEYS}, where)
+    plan_d = {k: v for k, v in raw.items() if k in PLAN_KEYS}
+    for k, v in plan_d.items():
+        if k != "per_boundary" and not isinstance(v, str):
+            raise MatrixError(f"{where}.{k}: a spec must be a string, got {type(v).__name__} ({v!r})")
+    if not plan_d:
+        raise MatrixError(f"{where}: the entry names no compressor (set forward/backward/dp or both)")
+    try:
+        plan = CompressionPlan.from_dict(plan_d)
+    except (ConfigError, ValueError, TypeError) as e:
+        raise MatrixError(f"{where}: {e}") from None
+    return Entry(plan, tasks, settings)
+
+
+def _tier(name: str, raw: Any, where: str) -> Tier:
+    if not isinstance(raw, dict):
+        raise MatrixError(f"{where}: a tier must be a mapping with keys {', '.join(TIER_KEYS)}")
+    unknown = set(raw) - set(TIER_KEYS)
+    if unknown:
+        raise MatrixError(f"{where}: unknown key(s) {sorted(map(str, unknown))}; valid keys: {', '.join(TIER_KEYS)}")
+    for k in ("tasks", "seeds", "compressors"):
+        if k not in raw:
+            raise MatrixError(f"{where}: missing {k!r}")
+    tasks = raw["tasks"]
+    if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) for t in tasks):
+        raise MatrixError(f"{where}.tasks must be a non-empty list of task names")
+    comps = raw["compressors"]
+    if not isinstance(comps, list) or not comps:
+        raise MatrixError(f"{where}.compressors must be a non-empty list of entries")
+    entries = tuple(_entry(c, f"{where}.compressors[{i}]") for i, c in enumerate(comps))
+    timeout = raw.get("cell_timeout_s")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise MatrixError(f"{where}.cell_timeout_s must be a positive number of seconds, got {timeout!r}")
+    settings = raw.get("settings") or {}
+    if not isinstance(settings, dict):
+        raise MatrixError(f"{where}.settings must be a mapping")
+    desc = raw.get("description", "")
+    return Tier(
+        name=name,
+        description=str(desc).strip(),
+        tasks=tuple(tasks),
+        seeds=parse_seeds(raw["seeds"], f"{where}.seeds"),
+        entries=entries,
+        cell_timeout_s=None if timeout is None else float(timeout),
+        settings=_settings(settings, f"{where}.settings"),
+    )
+
+
+def load_matrix(path: str | Path | None = None) -> Matrix:
+    """Read and structurally validate a matrix file (names are resolved in :func:`plan_cells`)."""
+    p = Path(path) if path else MATRIX_PATH
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise MatrixError(f"cannot read matrix file {p}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise MatrixError(f"cannot read matrix file {p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or type(e).__name__
+        raise MatrixError(f"{p}: malformed YAML{at}: {problem}") from None
+    if not isinstance(raw, dict):
+        raise MatrixError(f"{p}: the matrix must be a mapping with 'schema' and 'tiers'")
+    if raw.get("schema") != SCHEMA:
+        raise MatrixError(f"{p}: 'schema' must be {SCHEMA!r}, got {raw.get('schema')!r}")
+    unknown = set(raw) - {"schema", "tiers", "defaults"}
+    if unknown:
+        raise MatrixError(f"{p}: unknown top-level key(s) {sorted(map(str, unknown))}; valid: schema, tiers, defaults")
+    tiers_raw = raw.get("tiers")
+    if not isinstance(tiers_raw, dict) or not tiers_raw:
+        raise MatrixError(f"{p}: 'tiers' must map tier names to tiers")
+    tiers = {str(n): _tier(str(n), t, f"{p.name}: tiers.{n}") for n, t in tiers_raw.items()}
+    return Matrix(tiers=tiers, source=str(p))

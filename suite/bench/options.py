@@ -1,0 +1,240 @@
+"""The run options, declared once: ``mpcbench run``, ``pytest suite`` and :class:`Selection` come from this table.
+
+Each :class:`Option` row is one command-line option. :func:`add_to_argparse` adds the rows
+to ``mpcbench run``; :func:`add_to_pytest` adds the same rows to ``pytest suite`` (also
+spelled ``--mpcbench-<name>``); :class:`Selection` (what to run) has one field per row that
+has a ``field``; :func:`selection_from` turns either front end's parsed values into it.
+
+To add an option, add one row:
+
+- a cell setting (a ``CellConfig`` field every selected cell gets), e.g.
+  ``Option("--warmup", "compress_warmup_steps", int, help=..., cell="compress_warmup_steps")``:
+  the planner applies ``cell`` options generically, nothing else changes;
+- a selection filter: a row with ``field``, then read ``sel.<field>`` in the planner;
+- a front-end switch (``--dry-run``): a row with ``field=None``, read by the front ends.
+
+Allowed values come from the registries they belong to (:class:`Choices`, read on first use
+so ``--help`` and pytest start-up do not import torch). Tiers are checked against the chosen
+matrix file by the planner (``--matrix`` may name another one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+from suite.results import DEFAULT_STORE
+
+__all__ = ["Choices", "Option", "RUN_OPTIONS", "Selection", "selection_from", "add_to_argparse", "add_to_pytest",
+           "values_from_pytest", "PYTEST_DEST_PREFIX", "DEFAULT_STORE"]  # fmt: skip
+
+PYTEST_DEST_PREFIX = "mpcbench_"  # pytest's namespace is shared with other plugins
+
+
+class Choices:
+    """Allowed values read from their registry on first use (``in``, iteration, ``%(choices)s`` in help)."""
+
+    def __init__(self, load: Callable[[], Any]) -> None:
+        self._load = load
+        self._values: tuple[str, ...] | None = None
+
+    def values(self) -> tuple[str, ...]:
+        if self._values is None:
+            self._values = tuple(self._load())
+        return self._values
+
+    def __contains__(self, value: object) -> bool:
+        return value in self.values()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.values())
+
+    def __len__(self) -> int:
+        return len(self.values())
+
+
+def _schedules() -> tuple[str, ...]:
+    from suite.pipeline.config import SCHEDULES
+
+    return SCHEDULES
+
+
+def _modes() -> tuple[str, ...]:
+    from suite.pipeline.config import MODES
+
+    return MODES
+
+
+def _devices() -> tuple[str, ...]:
+    from suite.pipeline.config import DEVICES
+
+    return DEVICES
+
+
+def _path(value: str, base: Path) -> str:
+    """A path relative to where the command started, made absolute (cells run elsewhere)."""
+    return str((base / value).resolve())
+
+
+def _plugin(value: str, base: Path) -> str:
+    """A ``.py`` file or a path is made absolute; a module name stays a module name."""
+    return _path(value, base) if (value.endswith(".py") or "/" in value) else value
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of ``mpcbench run`` and ``pytest suite``.
+
+    ``field``: the :class:`Selection` field it fills (None: a front-end switch). ``type``:
+    ``str``, ``int``, ``float`` or ``bool`` (a flag). ``repeat``: may be given more than once
+    (a tuple). ``convert(value, base)`` turns the given value into the field's (``base``: the
+    directory relative paths start from). ``field_default``: the field's default when it
+    differs from the option's (``--no-baseline`` fills ``baseline``). ``cell``: the
+    ``CellConfig`` field the value overrides in every selected cell.
+    """
+
+    flag: str
+    field: str | None
+    type: type = str
+    help: str = ""
+    default: Any = None
+    choices: Choices | None = None
+    repeat: bool = False
+    convert: Callable[[Any, Path], Any] | None = None
+    field_default: Any = None  # None: the option's default (False for a flag)
+    cell: str | None = None
+    metavar: str | None = None
+
+    @property
+    def dest(self) -> str:
+        """argparse's name for the value (``--cell-timeout`` -> ``cell_timeout``)."""
+        return self.flag[2:].replace("-", "_")
+
+    def add_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``add_argument`` / pytest's ``addoption`` (without ``dest``)."""
+        if self.type is bool:
+            return {"action": "store_true", "default": False, "help": self.help}
+        kw: dict[str, Any] = {"default": [] if self.repeat else self.default, "help": self.help}
+        if self.repeat:
+            kw["action"] = "append"
+        if self.type is not str:
+            kw["type"] = self.type
+        if self.choices is not None:
+            # an explicit metavar: argparse would otherwise read the choices when the option is added
+            kw["choices"] = self.choices
+            kw["metavar"] = self.metavar or self.dest.upper()
+        elif self.metavar:
+            kw["metavar"] = self.metavar
+        return kw
+
+    def to_field(self, value: Any, base: Path) -> Any:
+        if self.repeat:
+            return tuple(self.convert(v, base) if self.convert else v for v in value)
+        if value is None or self.convert is None:
+            return value
+        return self.convert(value, base)
+
+
+def _not(value: bool, base: Path) -> bool:
+    return not value
+
+
+def _seeds(value: str, base: Path) -> tuple[int, ...]:
+    from .matrix_file import parse_seeds  # here, not at the top: the matrix file's module imports torch
+
+    return parse_seeds(value, "--seeds")
+
+
+SCHEDULE_CHOICES, MODE_CHOICES, DEVICE_CHOICES = Choices(_schedules), Choices(_modes), Choices(_devices)
+
+RUN_OPTIONS: tuple[Option, ...] = (
+    Option("--tier", "tier", default="smoke", help="matrix tier (default smoke; the shipped matrix has smoke, quick, "
+           "gpu, full; checked against the --matrix file)"),  # fmt: skip
+    Option("--task", "tasks", repeat=True, help="only this task (repeatable; default: the tier's); may name a plugin's task"),
+    Option("--compressor", "compressors", repeat=True, help="run this spec forward and backward (repeatable) instead "
+           "of the tier's list, plus the 'none' baseline; e.g. --compressor 'topk(ratio=0.1)'"),  # fmt: skip
+    Option("--forward", "forward", help="forward (activation) spec, with --backward for an asymmetric plan"),
+    Option("--backward", "backward", help="backward (activation-gradient) spec of the selected cells"),
+    Option("--dp", "dp", help="data-parallel gradient spec of the selected cells (needs --dp-size >= 2)"),
+    Option("--seeds", "seeds", convert=_seeds, help="seed count (3 = 0,1,2), list (0,4) or range (2:5); default: the tier's"),
+    Option("--mode", "mode", default="single", choices=MODE_CHOICES,
+           help="%(choices)s: one process, or one per stage (and replica) via torchrun (default single)"),  # fmt: skip
+    Option("--device", "device", choices=DEVICE_CHOICES, cell="device",
+           help="%(choices)s: where cells train (default: the tier's device setting, cpu unless the tier says cuda)"),  # fmt: skip
+    Option("--stages", "stages", int, cell="stages", help="pipeline stages (default: the task's)"),
+    Option("--dp-size", "dp_size", int, cell="dp", help="data-parallel replicas per cell (>= 2 runs through torchrun)"),
+    Option("--schedule", "schedule", choices=SCHEDULE_CHOICES, cell="schedule",
+           help="%(choices)s: the pipeline schedule (default: the tier's, else 1f1b)"),  # fmt: skip
+    Option("--microbatches", "microbatches", int, cell="microbatches",
+           help="micro-batches per step (default: the tier's; must divide the batch size)"),  # fmt: skip
+    Option("--steps", "steps", int, cell="steps", help="override the tier's step count"),
+    Option("--results", None, default=DEFAULT_STORE, help=f"results store (JSON Lines; default {DEFAULT_STORE})"),
+    Option("--plugin", "plugins", repeat=True, convert=_plugin,
+           help="plugin module or .py file to import first (repeatable)"),  # fmt: skip
+    Option("--data-dir", "data_dir", convert=_path, help="data directory (default $MPCBENCH_DATA_DIR, else ../shared/data)"),
+    Option("--cell-timeout", "cell_timeout_s", float, help="per-cell time limit in seconds (default: the tier's)"),
+    Option("--no-baseline", "baseline", bool, convert=_not, field_default=True,
+           help="with --compressor/--forward: do not add the 'none' baseline"),  # fmt: skip
+    Option("--matrix", "matrix_path", convert=_path, help="matrix YAML (default suite/bench/matrix.yaml)"),
+    Option("--check-consistency", "check_consistency", bool,
+           help="debug a plugin: a twin receiver re-decodes every payload and the cell fails if the two differ "
+           "(same as MPCBENCH_CHECK_CONSISTENCY=1; not part of the cell key; cells already in the store are skipped)"),  # fmt: skip
+    Option("--dry-run", None, bool, help="list the cells and their state, run nothing"),
+)
+
+
+def _selection_fields() -> list[tuple[str, Any, dataclasses.Field]]:
+    out = []
+    for o in RUN_OPTIONS:
+        if o.field is None:
+            continue
+        if o.repeat:
+            typ: Any = "tuple[str, ...]"
+            default: Any = dataclasses.field(default=())
+        else:
+            typ = "bool" if o.type is bool else f"{o.type.__name__} | None"
+            value = o.field_default if o.field_default is not None else (False if o.type is bool else o.default)
+            default = dataclasses.field(default=value)
+        out.append((o.field, typ, default))
+    return out
+
+
+# Seeds arrive parsed (a tuple of ints); the rest as the row declares.
+Selection = dataclasses.make_dataclass("Selection", _selection_fields(), frozen=True)
+Selection.__module__ = __name__  # (make_dataclass takes module= only from Python 3.12)
+Selection.__doc__ = """What to run, from the command line (``mpcbench run`` or ``pytest suite``): one field per
+row of :data:`RUN_OPTIONS` that has a ``field``.
+
+``compressors`` are user specs; each becomes a plan with ``forward = backward = spec``
+unless ``backward`` / ``dp`` override it. ``forward`` alone (no ``compressors``) adds one
+plan. Without user specs the tier's entries run (with ``backward`` / ``dp`` overriding
+every entry when given). ``baseline`` adds the ``none`` plan next to user specs so the
+report has something to compare with (already-stored cells are skipped anyway).
+"""
+
+
+def selection_from(values: Mapping[str, Any], base: Path | str = ".") -> Any:
+    """The :class:`Selection` for parsed option values keyed by :attr:`Option.dest`;
+    relative paths start at ``base`` (where the command was started)."""
+    base = Path(base)
+    return Selection(**{o.field: o.to_field(values[o.dest], base) for o in RUN_OPTIONS if o.field is not None})
+
+
+def add_to_argparse(parser: argparse.ArgumentParser, options: tuple[Option, ...] = RUN_OPTIONS) -> None:
+    for o in options:
+        parser.add_argument(o.flag, dest=o.dest, **o.add_kwargs())
+
+
+def add_to_pytest(group: Any, taken: set[str], options: tuple[Option, ...] = RUN_OPTIONS) -> None:
+    """Each option as ``--name`` and ``--mpcbench-name`` (only the latter if another plugin owns the former)."""
+    for o in options:
+        names = [n for n in (o.flag, "--mpcbench-" + o.flag[2:]) if n not in taken]
+        group.addoption(*names, dest=PYTEST_DEST_PREFIX + o.dest, **o.add_kwargs())
+
+
+def values_from_pytest(option_namespace: Any) -> dict[str, Any]:
+    """The run options' values from pytest's ``config.option``, keyed by :attr:`Option.dest`."""
+    return {o.dest: getattr(option_namespace, PYTEST_DEST_PREFIX + o.dest) for o in RUN_OPTIONS}

@@ -1,0 +1,100 @@
+"""The option table: ``mpcbench run`` and ``pytest suite`` accept the same options, from one row each."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+
+from suite.bench.cli import CLI_RUN_OPTIONS, build_parser
+from suite.bench.options import RUN_OPTIONS, Choices, Option, Selection, add_to_argparse, add_to_pytest, selection_from
+
+
+class _Group:
+    """Stands in for a pytest option group: records what is added."""
+
+    def __init__(self) -> None:
+        self.added: dict[str, dict] = {}
+
+    def addoption(self, *names: str, **kw) -> None:
+        for n in names:
+            self.added[n] = kw
+
+
+def _run_flags() -> set[str]:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {s for a in sub.choices["run"]._actions for s in a.option_strings} - {"-h", "--help"}
+
+
+def test_both_front_ends_accept_the_same_options():
+    group = _Group()
+    add_to_pytest(group, taken=set())
+    pytest_flags = {n for n in group.added if not n.startswith("--mpcbench-")}
+    cli_only = {o.flag for o in CLI_RUN_OPTIONS}
+    assert pytest_flags == _run_flags() - cli_only
+    assert {"--forward", "--schedule", "--microbatches", "--dry-run"} <= pytest_flags  # missing from pytest before
+    assert {f"--mpcbench-{f[2:]}" for f in pytest_flags} <= set(group.added)
+
+
+def test_a_taken_name_is_registered_only_with_the_prefix():
+    group = _Group()
+    add_to_pytest(group, taken={"--seeds"})
+    assert "--seeds" not in group.added and "--mpcbench-seeds" in group.added
+
+
+def test_selection_has_one_field_per_row_with_a_field():
+    assert [f.name for f in dataclasses.fields(Selection)] == [o.field for o in RUN_OPTIONS if o.field]
+
+
+def test_both_front_ends_give_the_same_selection(tmp_path):
+    argv = ["--task", "tiny", "--forward", "fp16", "--backward", "none", "--seeds", "0,2", "--schedule", "gpipe",
+            "--microbatches", "2", "--plugin", "p.py", "--no-baseline", "--data-dir", "d", "--device", "cpu"]  # fmt: skip
+    cli = build_parser().parse_args(["run", *argv])
+    group_parser = argparse.ArgumentParser()
+    for o in RUN_OPTIONS:  # what pytest does, with pytest's dest prefix dropped
+        group_parser.add_argument(o.flag, dest=o.dest, **o.add_kwargs())
+    via_pytest = group_parser.parse_args(argv)
+    a, b = selection_from(vars(cli), tmp_path), selection_from(vars(via_pytest), tmp_path)
+    assert a == b
+    assert a.seeds == (0, 2) and a.baseline is False and a.plugins == (str(tmp_path / "p.py"),)
+    assert a.data_dir == str(tmp_path / "d") and (a.schedule, a.microbatches) == ("gpipe", 2)
+
+
+def test_adding_an_option_is_one_row():
+    row = Option("--frobnicate", None, int, help="a new switch")
+    p = argparse.ArgumentParser()
+    add_to_argparse(p, RUN_OPTIONS + (row,))
+    group = _Group()
+    add_to_pytest(group, set(), RUN_OPTIONS + (row,))
+    assert p.parse_args(["--frobnicate", "3"]).frobnicate == 3
+    assert {"--frobnicate", "--mpcbench-frobnicate"} <= set(group.added)
+
+
+def test_choices_are_read_from_their_registry_on_first_use():
+    from suite.pipeline.config import DEVICES, MODES, SCHEDULES
+
+    calls = []
+    lazy = Choices(lambda: calls.append(1) or ("a", "b"))
+    assert calls == []
+    assert "a" in lazy and list(lazy) == ["a", "b"] and calls == [1]
+    by_flag = {o.flag: o for o in RUN_OPTIONS}
+    assert tuple(by_flag["--schedule"].choices) == SCHEDULES
+    assert tuple(by_flag["--mode"].choices) == MODES
+    assert tuple(by_flag["--device"].choices) == DEVICES
+
+
+@pytest.mark.parametrize("flag,value", [("--schedule", "zigzag"), ("--device", "tpu"), ("--mode", "mpi")])
+def test_a_bad_choice_is_refused_by_the_cli(flag, value, capsys):
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["run", flag, value])
+    assert e.value.code == 2 and f"invalid choice: '{value}'" in capsys.readouterr().err
+
+
+def test_the_ranking_rules_come_from_the_leaderboard():
+    from leaderboard.ranking import RULES
+
+    args = build_parser().parse_args(["report", "--rule", next(iter(RULES))])
+    assert args.rule in RULES
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["report", "--rule", "best_vibes"])
