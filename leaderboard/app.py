@@ -3,26 +3,39 @@
 Sources (first that applies): the command-line flags; the environment variables
 ``MPCBENCH_RESULTS`` / ``MPCBENCH_RECORDS`` (os.pathsep-separated lists; used by the tests);
 else ``results/store.jsonl`` if it exists and the committed ``records/`` folder of the repo.
+Local results (stores) are kept apart from the committed records: they are shown only when
+"Include local results" is ticked, or when there are no committed records at all.
 
-This file only renders: loading is :mod:`leaderboard.submissions`, every number and ranking
-is :mod:`leaderboard.ranking`. Text that comes from records or submissions is untrusted, so it
-only ever reaches the page through ``st.dataframe`` / ``st.text`` / ``st.json`` / selectbox
-options / chart data, never through markdown or HTML.
+The page reads the compact index (:mod:`leaderboard.index`; rebuilt for the sources whose
+files changed) and loads curves and details only for the rows it shows. Every filter lives
+in the URL (``?task=sst2&rule=time_to_target&network=custom&bw=3e8&lat=0.002``), so a view
+can be linked.
+
+This file only renders: every number comes from :mod:`leaderboard.ranking` and its modules.
+Text that comes from records or submissions is untrusted, so it only ever reaches the page
+through ``st.dataframe`` / ``st.text`` / ``st.json`` / selectbox options / chart data, never
+through markdown or HTML.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import sys
 from pathlib import Path
 
 import altair as alt
+import numpy as np
 import pandas as pd
 import streamlit as st
 
-from leaderboard import ranking
-from leaderboard.submissions import Problem, load_all
+from leaderboard import ranking, views
+from leaderboard.index import load_details, load_index
+from leaderboard.labels import Scale, place_labels
+from leaderboard.networks import Link, format_bandwidth, remodel
+from suite.results.network import PROFILES
 
 REPO = Path(__file__).resolve().parents[1]
 TIER_ORDER = ("smoke", "quick", "gpu", "full")
@@ -32,6 +45,23 @@ DIRECTION_LABELS = {
     "backward": "backward (activation gradients)",
     "dp": "data-parallel (weight gradients)",
 }
+QUALITY_LABELS = {"compressed": "with compression at evaluation", "uncompressed": "without compression at evaluation"}
+CUSTOM = "custom (sliders)"
+# bandwidth slider: 4 steps per decade from 1 Mbps to 1 Tbps, plus every named profile's bandwidth
+BANDWIDTHS = sorted({float(f"{10 ** (6 + k / 4):.3g}") for k in range(25)} | {p.bandwidth_bps for p in PROFILES.values()})
+LATENCIES = sorted({0.0, 1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.2}
+                   | {p.latency_s for p in PROFILES.values()})  # fmt: skip
+TASK_DESCRIPTIONS = {  # one line each; the task modules' docstrings say more
+    "cifar10": "CIFAR-10 image classification: ResNet-18 (CIFAR stem; an eighth of the width in the smoke and "
+               "quick tiers) split into pipeline stages, trained from scratch. Metric: test accuracy.",
+    "sst2": "GLUE SST-2 sentiment classification: a pretrained MiniLM encoder fine-tuned, its layers split into "
+            "stages. Metric: dev accuracy.",
+    "shakespeare": "Tiny Shakespeare character-level language modelling: a GPT decoder (nanoGPT's shakespeare-char "
+                   "in the full tier) pretrained from scratch. Metric: validation loss in nats (lower is better).",
+}  # fmt: skip
+PLOT_W, PLOT_H = 860, 400  # fixed chart size: label placement works in these pixels
+# URL parameter -> (session key, parser)
+URL_KEYS = ("task", "tier", "rule", "quality", "network", "bw", "lat", "direction", "min_ratio", "local", "entry")
 
 
 def _sources(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -50,30 +80,21 @@ def _sources(argv: list[str]) -> tuple[list[str], list[str]]:
     return ([str(store)] if store.exists() else []), [str(REPO / "records")]
 
 
-def _signature(stores: list[str], records_dirs: list[str]) -> tuple:
-    """(path, mtime, size) of every input file, so the cache reloads when a file changes."""
-    sig = []
-    paths = [Path(p) for p in stores]
-    for d in map(Path, records_dirs):
-        if d.is_dir():
-            paths += [f for sub in sorted(d.iterdir()) if sub.is_dir() for f in sorted(sub.iterdir())]
-    for p in paths:
-        try:
-            st_ = p.stat()
-            sig.append((str(p), st_.st_mtime_ns, st_.st_size))
-        except OSError:
-            sig.append((str(p), None, None))
-    return tuple(sig)
+def _index(stores: tuple[str, ...], records_dirs: tuple[str, ...]):
+    """The index, brought up to date on every run (a stat of each source file; cheap)."""
+    return load_index(stores, records_dirs)
 
 
-@st.cache_data(show_spinner="Loading results ...")
-def _load(stores: tuple[str, ...], records_dirs: tuple[str, ...], sig: tuple):
-    records, problems = load_all(stores, records_dirs)
-    frame = ranking.to_frame(records)
-    return frame, ranking.aggregate(frame), problems
+@st.cache_data(show_spinner=False, max_entries=64)
+def _ranked_input(_frame: pd.DataFrame, version: tuple, task: str, tier: str, link: Link | None, _index_obj) -> tuple:
+    """(per-record rows, aggregate) of one task and tier, re-modeled at ``link`` (None: stored profiles)."""
+    rows = _frame[(_frame["task"] == task) & (_frame["tier"] == tier)]
+    if link is not None:
+        rows = remodel(_index_obj.heavy(rows), link).drop(columns=["timing_inputs"])
+    return rows, ranking.aggregate(rows)
 
 
-def _skipped(problems: list[Problem]) -> None:
+def _skipped(problems) -> None:
     """Every skipped file or record, as plain text in a table (paths and reasons are untrusted)."""
     label = f"Skipped files and records ({len(problems)})"
     if problems:
@@ -81,42 +102,160 @@ def _skipped(problems: list[Problem]) -> None:
     with st.expander(label, expanded=False):
         if problems:
             st.dataframe(
-                pd.DataFrame([{"path": p.path, "reason": p.reason} for p in problems]),
-                hide_index=True,
-                width="stretch",
+                pd.DataFrame([{"path": p.path, "reason": p.reason} for p in problems]), hide_index=True, width="stretch"
             )
         else:
             st.text("Nothing was skipped.")
 
 
 def _row_labels(table: pd.DataFrame) -> dict[str, tuple[str, str, str]]:
-    """``entry / compressor`` (``/ setup`` too when the rows span several setups) -> the row's key."""
+    """``entry / compressor`` (``/ setup``, ``/ machine`` where rows differ only by those) -> the row's key."""
     several = table["setup"].nunique() > 1
-    keys = zip(table["entry"], table["compressor"], table["setup"])
-    return {f"{e} / {c}" + (f" / {s}" if several else ""): (e, c, s) for e, c, s in keys}
+    machines = "machine" in table and table["machine"].nunique() > 1
+    out = {}
+    for r in table.itertuples(index=False):
+        name = getattr(r, "compressor_label", "") or r.compressor
+        label = views.row_label(r.entry, name, r.setup, getattr(r, "machine", ""), with_setup=several,
+                                        with_machine=machines)  # fmt: skip
+        out[label] = (r.entry, r.compressor, r.setup)
+    return out
+
+
+def _init_from_url() -> None:
+    """Widget defaults from the URL, once per session (later runs: the widgets own the state)."""
+    if st.session_state.get("_url_read"):
+        return
+    st.session_state["_url_read"] = True
+    for k in URL_KEYS:
+        if k in st.query_params:
+            v = st.query_params[k]
+            try:
+                if k in ("bw", "lat", "min_ratio"):
+                    v = float(v)
+                elif k == "local":
+                    v = v in ("1", "true", "yes")
+            except ValueError:
+                continue
+            st.session_state[f"_url_{k}"] = v
+
+
+def _url_default(key: str, options: list, fallback):
+    v = st.session_state.get(f"_url_{key}")
+    return v if v in options else fallback
+
+
+def _write_url(values: dict) -> None:
+    """The current filters into the URL (only what differs from what is there)."""
+    for k, v in values.items():
+        text = "" if v is None else ("1" if v is True else ("0" if v is False else f"{v}"))
+        if text and st.query_params.get(k) != text:
+            st.query_params[k] = text
+
+
+def _nearest(values: list[float], v: float) -> float:
+    return min(values, key=lambda x: abs(math.log10(x + 1e-12) - math.log10(v + 1e-12)))
+
+
+def _preset_changed() -> None:
+    """Picking a named profile moves the sliders to its bandwidth and latency."""
+    prof = PROFILES.get(st.session_state.get("network"))
+    if prof:
+        st.session_state["bw"] = _nearest(BANDWIDTHS, prof.bandwidth_bps)
+        st.session_state["lat"] = _nearest(LATENCIES, prof.latency_s)
+
+
+def _network_controls(sb, profiles: list[str]) -> tuple[str | None, Link | None, str]:
+    """(column suffix for modeled times, link to re-model at or None, words for the page)."""
+    if not profiles:
+        return None, None, "-"
+    options = [*profiles, CUSTOM]
+    default = _url_default("network", options, "1Gbps" if "1Gbps" in profiles else profiles[0])
+    preset = sb.selectbox("Network", options, index=options.index(default), key="network", on_change=_preset_changed,
+                          help="A named profile uses the times modeled when the record was written; "
+                               "'custom' re-models every record at the sliders' link.")  # fmt: skip
+    prof = PROFILES.get(preset)
+    if "bw" not in st.session_state:
+        st.session_state["bw"] = _nearest(BANDWIDTHS, st.session_state.get("_url_bw") or (prof.bandwidth_bps if prof else 1e9))
+    if "lat" not in st.session_state:
+        st.session_state["lat"] = _nearest(LATENCIES, st.session_state.get("_url_lat") or (prof.latency_s if prof else 5e-4))
+    custom = preset == CUSTOM
+    bw = sb.select_slider("Bandwidth (log scale)", BANDWIDTHS, key="bw", format_func=format_bandwidth, disabled=not custom)
+    lat = sb.select_slider("Latency (one way)", LATENCIES, key="lat", format_func=lambda s: f"{s * 1e6:.4g} µs" if s < 1e-3
+                           else f"{s * 1e3:.4g} ms", disabled=not custom)  # fmt: skip
+    if not custom:
+        link_words = f"{preset}" + (f" ({format_bandwidth(prof.bandwidth_bps)}, {prof.latency_s * 1e6:.4g} µs)" if prof else "")
+        return preset, None, link_words
+    link = Link(float(bw), float(lat))
+    return link.name, link, f"custom: {format_bandwidth(bw)}, {lat * 1e6:.4g} µs latency"
+
+
+def _link_for_plot(network: str | None, link: Link | None) -> Link:
+    if link is not None:
+        return link
+    prof = PROFILES.get(network or "")
+    if prof:
+        return Link(prof.bandwidth_bps, prof.latency_s)
+    bw = ranking.profile_bandwidth_bps(network or "")
+    return Link(bw if bw == bw else 1e9, 0.0)
 
 
 def _pareto_chart(table: pd.DataFrame, direction: str, metric: str, higher_is_better: bool) -> alt.Chart | None:
     col = f"bytes_per_step_{direction}"
-    pts = table[(table["n"] > 0) & (table[col] > 0)].copy()
+    pts = table[(table["n"] > 0) & (table[col] > 0) & table["quality"].notna()].copy()
     if pts.empty:
         return None
     several_setups = pts["setup"].nunique() > 1  # then one point per (compressor, setup), shaped by setup
     pts["bytes_per_step"] = pts[col]
-    pts["quality"] = pts["metric_mean"]
-    pts["label"] = list(_row_labels(pts))
+    pts["label"] = [c or n for c, n in zip(pts["compressor_label"], pts["compressor"])]
     pts["frontier"] = ranking.pareto_front(pts, "bytes_per_step", "quality", maximize_y=higher_is_better)
     pts["point"] = pts["frontier"].map({True: "on the frontier", False: "dominated"})
-    x = alt.X("bytes_per_step:Q", scale=alt.Scale(type="log"), title=f"wire bytes per step ({direction}, log)")
-    y = alt.Y("quality:Q", scale=alt.Scale(zero=False, reverse=not higher_is_better), title=f"{metric} (mean over seeds)")
-    tooltip = ["entry:N", "compressor:N", "setup:N", "quality:Q", "bytes_per_step:Q", "n:Q"]
+    lo, hi = pts["bytes_per_step"].min() / 2, pts["bytes_per_step"].max() * 2
+    qlo, qhi = pts["quality"].min(), pts["quality"].max()
+    pad = (qhi - qlo) * 0.15 or abs(qhi) * 0.05 or 0.05
+    ylo, yhi = qlo - pad, qhi + pad
+    sx = Scale(lo, hi, PLOT_W, log=True)
+    sy = Scale(ylo, yhi, PLOT_H, flip=higher_is_better)  # screen y grows downwards
+    order = pts.sort_values(["frontier", "quality"], ascending=[False, not higher_is_better]).index
+    places = place_labels(list(pts.loc[order, "bytes_per_step"]), list(pts.loc[order, "quality"]),
+                          list(pts.loc[order, "label"]), sx, sy)  # fmt: skip
+    pts.loc[order, "label_x"] = [p.x for p in places]
+    pts.loc[order, "label_y"] = [p.y for p in places]
+    pts.loc[order, "leader"] = [p.leader for p in places]
+    xs = alt.Scale(type="log", domain=[lo, hi])
+    ys = alt.Scale(domain=[ylo, yhi], reverse=not higher_is_better, zero=False)
+    x = alt.X("bytes_per_step:Q", scale=xs, title=f"wire bytes per step ({direction}, log)")
+    y = alt.Y("quality:Q", scale=ys, title=f"{metric} (mean over seeds)")
+    tooltip = ["entry:N", "label:N", "setup:N", "machine:N", "quality:Q", "bytes_per_step:Q", "n:Q"]
     color = alt.Color("point:N", scale=alt.Scale(domain=["on the frontier", "dominated"], range=["#d62728", "#9e9e9e"]), title=None)
     extra = {"shape": alt.Shape("setup:N", title="setup")} if several_setups else {}
     points = alt.Chart(pts).mark_point(size=120, opacity=0.9, filled=True).encode(x=x, y=y, color=color, tooltip=tooltip, **extra)
     front = pts[pts["frontier"]].sort_values("bytes_per_step")
     line = alt.Chart(front).mark_line(color="#d62728", strokeDash=[4, 3]).encode(x=x, y=y)
-    labels = alt.Chart(pts).mark_text(align="left", dx=8, dy=-6, fontSize=11).encode(x=x, y=y, text="compressor:N")
-    return (line + points + labels).properties(height=380)
+    lead = pts[pts["leader"]]
+    leaders = alt.Chart(lead).mark_rule(color="#9e9e9e", strokeWidth=0.8).encode(
+        x=x, y=y, x2="label_x:Q", y2="label_y:Q"
+    )
+    labels = alt.Chart(pts).mark_text(align="left", baseline="middle", fontSize=11).encode(
+        x=alt.X("label_x:Q", scale=xs), y=alt.Y("label_y:Q", scale=ys), text="label:N"
+    )
+    return (line + leaders + points + labels).properties(width=PLOT_W, height=PLOT_H)
+
+
+def _ttq_chart(ttq: pd.DataFrame, metric: str, higher_is_better: bool, link_words: str, target: float | None) -> alt.Chart:
+    ttq = ttq.assign(line=[f"{lbl} ({src})" if src != "modeled" else lbl for lbl, src in zip(ttq["label"], ttq["source"])])
+    x = alt.X("time_s:Q", title=f"modeled wall-clock seconds ({link_words})")
+    y = alt.Y("metric:Q", scale=alt.Scale(zero=False, reverse=not higher_is_better), title=metric)
+    lines = (
+        alt.Chart(ttq)
+        .mark_line(point=True)
+        .encode(x=x, y=y, color=alt.Color("line:N", title="compressor"),
+                strokeDash=alt.StrokeDash("source:N", title="time"),
+                tooltip=["line:N", "step:Q", "time_s:Q", "metric:Q", "seeds:Q"])  # fmt: skip
+    )
+    if target is not None and not math.isnan(target):
+        rule = alt.Chart(pd.DataFrame({"target": [target]})).mark_rule(color="#555", strokeDash=[2, 2]).encode(y="target:Q")
+        lines = lines + rule
+    return lines.properties(width=PLOT_W, height=PLOT_H)
 
 
 def _curves_chart(curves: pd.DataFrame, metric: str) -> alt.Chart:
@@ -130,8 +269,12 @@ def _curves_chart(curves: pd.DataFrame, metric: str) -> alt.Chart:
             detail="seed:N",
             tooltip=["label:N", "seed:Q", "step:Q", "metric:Q", "train_loss:Q", "wall_s:Q"],
         )
-        .properties(height=320)
+        .properties(width=PLOT_W, height=320)
     )
+
+
+def _table_height(n: int) -> int:
+    return 38 + 35 * max(n, 1)  # header + every row: the whole ranking, no scroll box
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -142,10 +285,22 @@ def main(argv: list[str] | None = None) -> None:
         "quality against bytes on the wire and against time over a network."
     )
     stores, records_dirs = _sources(sys.argv[1:] if argv is None else argv)
-    sig = _signature(stores, records_dirs)
-    frame, agg, problems = _load(tuple(stores), tuple(records_dirs), sig)
+    index = _index(tuple(stores), tuple(records_dirs))
+    frame, problems = index.frame, index.problems
+    _init_from_url()
 
-    if agg.empty or not (agg["n"] > 0).any():
+    sb = st.sidebar
+    sb.header("Filters")
+    is_local = frame["source"].isin(stores) if len(frame) else pd.Series(dtype=bool)
+    has_local, has_committed = bool(is_local.any()), bool((~is_local).any())
+    include_local = True
+    if has_local and has_committed:
+        include_local = sb.checkbox("Include local results", value=bool(st.session_state.get("_url_local", False)), key="local",
+                                    help="Results from your results store, not committed records: other machine, other load.")  # fmt: skip
+        if not include_local:
+            frame = frame[~is_local]
+    shown = frame[frame["status"] == "ok"] if len(frame) else frame
+    if shown.empty:
         st.info(
             "No results to show yet. Run the benchmark (`mpcbench run` or `pytest suite`) to fill "
             "results/store.jsonl, or add a submission under records/ (see docs/leaderboard.md)."
@@ -154,55 +309,76 @@ def main(argv: list[str] | None = None) -> None:
         _skipped(problems)
         return
 
-    # ------------------------------------------------------------------ filters
-    sb = st.sidebar
-    sb.header("Filters")
-    tasks = sorted(agg["task"].unique())
-    task = sb.selectbox("Task", tasks, key="task")
-    tiers_here = set(agg.loc[agg["task"] == task, "tier"])
+    tasks = sorted(shown["task"].unique())
+    task = sb.selectbox("Task", tasks, index=tasks.index(_url_default("task", tasks, tasks[0])), key="task")
+    tiers_here = set(shown.loc[shown["task"] == task, "tier"])
     tiers = [t for t in TIER_ORDER if t in tiers_here] + sorted(tiers_here - set(TIER_ORDER))
-    tier = sb.selectbox("Tier", tiers, index=tiers.index("quick") if "quick" in tiers else 0, key="tier")
-    rule = sb.selectbox("Ranking rule", list(ranking.RULES), format_func=lambda r: ranking.RULES[r].title, key="rule")
+    tier = sb.selectbox("Tier", tiers, index=tiers.index(_url_default("tier", tiers, "quick" if "quick" in tiers else tiers[0])), key="tier")
+    rules = list(ranking.RULES)
+    rule = sb.selectbox("Ranking rule", rules, index=rules.index(_url_default("rule", rules, rules[0])),
+                        format_func=lambda r: ranking.RULES[r].title, key="rule")  # fmt: skip
+    qualities = list(ranking.QUALITIES)
+    quality = sb.radio("Quality", qualities, index=qualities.index(_url_default("quality", qualities, "compressed")),
+                       format_func=QUALITY_LABELS.get, key="quality",
+                       help="The same trained model, evaluated with its compressor in the pipeline or without it.")  # fmt: skip
     profiles = ranking.network_profiles(frame)
-    network = None
-    if profiles:
-        default = profiles.index("1Gbps") if "1Gbps" in profiles else 0
-        network = sb.selectbox("Network profile", profiles, index=default, key="network")
-    direction = sb.selectbox("Direction", list(DIRECTION_LABELS), format_func=DIRECTION_LABELS.get, key="direction")
+    network, link, link_words = _network_controls(sb, profiles)
+    directions = list(DIRECTION_LABELS)
+    direction = sb.selectbox("Direction", directions, index=directions.index(_url_default("direction", directions, "total")),
+                             format_func=DIRECTION_LABELS.get, key="direction")  # fmt: skip
     min_ratio = None
     if rule == "quality_at_ratio":
-        min_ratio = sb.number_input(
-            "Minimum compression ratio (0: any)", min_value=0.0, value=0.0, step=0.5, key="min_ratio"
-        )
+        min_ratio = sb.number_input("Minimum compression ratio (0: any)", min_value=0.0,
+                                    value=float(st.session_state.get("_url_min_ratio") or 0.0), step=0.5, key="min_ratio")  # fmt: skip
     sb.divider()
-    sb.text("Sources:\n" + "\n".join(f"  {p}" for p in [*stores, *records_dirs]))
+    sb.text("Sources:\n" + "\n".join(f"  {os.path.relpath(p, REPO) if str(p).startswith(str(REPO)) else Path(p).name}"
+                                     for p in [*stores, *records_dirs]))  # fmt: skip
 
     # ------------------------------------------------------------------ ranking
-    sel = agg[(agg["task"] == task) & (agg["tier"] == tier)]
-    if rule == "time_to_target" and network is None:
+    if ranking.RULES[rule].needs_network and network is None:
         st.error("No record has modeled times, so the time-to-target rule cannot rank; pick another rule.")
         return
-    ranked = ranking.rank(sel, rule, min_ratio=min_ratio, network=network, direction=direction)
+    version = (str(index.path), index.path.stat().st_mtime_ns, include_local)
+    rows, agg = _ranked_input(frame, version, task, tier, link, index)
+    ranked = ranking.rank(agg, rule, min_ratio=min_ratio, network=network, direction=direction, quality=quality)
     metric = next((m for m in ranked["metric_name"] if m), "quality")
-    higher = bool(ranked["higher_is_better"].iloc[0])
+    higher = bool(ranked["higher_is_better"].iloc[0]) if len(ranked) else True
+    _write_url(dict(task=task, tier=tier, rule=rule, quality=quality, network=st.session_state.get("network"),
+                    bw=st.session_state.get("bw") if link else None, lat=st.session_state.get("lat") if link else None,
+                    direction=direction, min_ratio=min_ratio or None, local=include_local if has_local and has_committed else None))  # fmt: skip
+
     st.subheader("Ranking")
+    desc = TASK_DESCRIPTIONS.get(task)
+    if desc:
+        st.caption(desc)
     warned = int((ranked["n_warnings"] > 0).sum()) if "n_warnings" in ranked else 0
     if warned:  # our own text and a count only: the warning texts are record text (see Entry details)
         st.warning(
             f"{warned} entr{'y has' if warned == 1 else 'ies have'} warnings in their records (column 'warnings'); "
             "pick the entry under 'Entry details' to read them."
         )
+    targets = rows.loc[rows["target"].notna(), "target"]
+    target = float(targets.iloc[0]) if len(targets) else math.nan
+    mdd = ranked["mdd"].dropna()
+    mdd_text = f"{mdd.median():.3g}" if len(mdd) else "unknown (one seed and no measured spread)"
     st.text(
-        f"task: {task}    tier: {tier}    metric: {metric} ({'higher' if higher else 'lower'} is better)    "
-        f"network: {network or '-'}    direction: {DIRECTION_LABELS[direction]}"
+        f"task: {task}    tier: {tier}    metric: {metric} ({'higher' if higher else 'lower'} is better), "
+        f"{QUALITY_LABELS[quality]}    target: {target:.4g}\n"
+        f"network: {link_words}    direction: {DIRECTION_LABELS[direction]}\n"
+        f"minimal detectable difference (alpha 0.05, vs baseline): {mdd_text}; smaller differences are 'not resolved'"
     )
     explanation = ranking.RULES[rule]
-    st.markdown(f"**{explanation.title}.** {explanation.explanation}")  # our own static text only
+    # our own text only: the metric name is record text, so it goes in only when it is a plain word
+    safe_metric = metric if re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,39}", metric) else "quality"
+    st.markdown(f"**{explanation.title}.** {explanation.explain(safe_metric, higher_is_better=higher)}")
+    table = ranking.display_table(ranked, network=network, direction=direction, quality=quality,
+                                  mark_unresolved=rule == "quality_at_ratio")  # fmt: skip
     # st.dataframe, not st.table: st.table renders markdown in cells, and record text must stay inert
     st.dataframe(
-        ranking.display_table(ranked, network=network, direction=direction),
+        table,
         hide_index=True,
         width="stretch",
+        height=_table_height(len(table)),
         key="ranking_table",
         column_config={c: st.column_config.TextColumn(width="medium") for c in ("entry", "compressor", "setup")},
     )
@@ -213,41 +389,59 @@ def main(argv: list[str] | None = None) -> None:
     if chart is None:
         st.info(f"No entry sent bytes in the {DIRECTION_LABELS[direction]} direction; pick another direction.")
     else:
-        st.altair_chart(chart, width="stretch")
+        st.altair_chart(chart, width="content")
+
+    # ------------------------------------------------------------------ time to quality
+    labels = _row_labels(ranked)  # rows that differ only by setup get the setup in their label
+    st.subheader("Time to quality")
+    st.caption(
+        "Quality against modeled wall-clock time at the chosen network: the measured compute and compression "
+        "times and the measured bytes of every step, replayed over the link. Dashed horizontal line: the target. "
+        "Emulated-link measurements, where records have them, are drawn dashed."
+    )
+    chosen = st.multiselect("Entries", list(labels), default=list(labels)[:6], key="curves")
+    sel = [labels[c] for c in chosen]
+    picked = rows[views._selected(rows, sel) & rows["latest"] & (rows["status"] == "ok")] if sel else rows.iloc[:0]
+    detailed = load_details(picked) if len(picked) else picked.assign(curve=[], timing_inputs=[])
+    ttq = ranking.time_to_quality_frame(detailed, _link_for_plot(network, link), sel, quality=quality)
+    if ttq.empty:
+        st.text("No curve points with timing inputs for the selected entries.")
+    else:
+        st.altair_chart(_ttq_chart(ttq, metric, higher, link_words, target), width="content")
 
     # ------------------------------------------------------------------ curves
     st.subheader("Training curves")
-    labels = _row_labels(ranked)  # rows that differ only by setup get the setup in their label
-    chosen = st.multiselect("Entries", list(labels), default=list(labels)[:4], key="curves")
-    curves = ranking.curve_frame(frame[(frame["task"] == task) & (frame["tier"] == tier)], [labels[c] for c in chosen])
+    curves = ranking.curve_frame(detailed, sel) if len(detailed) else pd.DataFrame()
     if curves.empty:
         st.text("No curve points for the selected entries.")
     else:
-        st.altair_chart(_curves_chart(curves, metric), width="stretch")
+        st.altair_chart(_curves_chart(curves, metric), width="content")
 
     # ------------------------------------------------------------------ detail
     st.subheader("Entry details")
-    pick = st.selectbox("Entry", list(labels), key="detail")
+    options = list(labels)
+    pick = st.selectbox("Entry", options, index=options.index(_url_default("entry", options, options[0])) if options else 0,
+                        key="detail")  # fmt: skip
     if pick:
+        _write_url({"entry": pick})
         e, c, s = labels[pick]
-        detail = ranking.entry_detail(frame, task, tier, e, c, s)
-        # warnings (e.g. payloads larger than the raw tensors) are record text: a data table, never markdown
+        one = rows[(rows["entry"] == e) & (rows["compressor"] == c) & (rows["setup"] == s)]
+        detail = ranking.entry_detail(load_details(one), task, tier, e, c, s)
+        card = ranking.entry_card(detail)
+        st.dataframe(pd.DataFrame(card, columns=["", "value"]), hide_index=True, width="stretch", key="detail_card",
+                     height=_table_height(len(card)), column_config={"value": st.column_config.TextColumn(width="large")})  # fmt: skip
         warnings = detail.get("warnings") or []
         if warnings:
             st.text(f"Warnings in this entry's records ({len(warnings)}):")
-            st.dataframe(
-                pd.DataFrame(warnings, columns=["seed", "warning"]),
-                hide_index=True,
-                width="stretch",
-                key="detail_warnings",
-                column_config={"warning": st.column_config.TextColumn(width="large")},
-            )
+            st.dataframe(pd.DataFrame(warnings, columns=["seed", "warning"]), hide_index=True, width="stretch",
+                         key="detail_warnings", column_config={"warning": st.column_config.TextColumn(width="large")})  # fmt: skip
         else:
             st.text("No warnings in this entry's records.")
-        st.json(detail, expanded=1)
+        with st.expander("Raw records (JSON)", expanded=False):
+            st.json(detail, expanded=1)
 
     with st.expander("All aggregated columns"):
-        st.dataframe(ranked.drop(columns=["seeds"], errors="ignore"), hide_index=True, width="stretch")
+        st.dataframe(ranked.drop(columns=["seeds", "code_versions"], errors="ignore"), hide_index=True, width="stretch")
     _skipped(problems)
 
 

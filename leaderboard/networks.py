@@ -45,8 +45,9 @@ class Link:
 
     @property
     def name(self) -> str:
-        """The column suffix for modeled times at this link, e.g. ``"3.2Gbps/150us"``."""
-        return f"{format_bandwidth(self.bandwidth_bps)}/{self.latency_s * 1e6:.4g}us"
+        """The column suffix for modeled times at this link, e.g. ``"3.16Gbps/200us"``, ``"1Mbps/10ms"``."""
+        lat = self.latency_s
+        return f"{format_bandwidth(self.bandwidth_bps)}/" + (f"{lat * 1e3:.3g}ms" if lat >= 1e-3 else f"{lat * 1e6:.3g}us")
 
     def profile(self) -> model.NetworkProfile:
         return model.NetworkProfile(self.name, float(self.bandwidth_bps), float(self.latency_s))

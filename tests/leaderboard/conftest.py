@@ -62,6 +62,13 @@ def make_record(task: str = "cifar10", compressor: str = "none", seed: int = 0, 
             "time_to_target_s": m_step * steps_to_target,
             "comm_s_per_step": comm,
         }
+    # the network model's stored inputs: 3 stages, 2 links, 4 micro-batches; wire bytes split
+    # evenly over the links and micro-batches (what the slider re-models)
+    per_msg = wire / steps / 2 / 4
+    stage = {"compute_s": COMPUTE_S / 6, "compress_s": compress_s / 6, "optimizer_s": 0.0}
+    link = {"fwd_bytes": per_msg, "bwd_bytes": per_msg, "fwd_messages": 1.0, "bwd_messages": 1.0}
+    timing_inputs = {"stages": [stage] * 3, "steps": [{"links": [link, link], "dp": []}], "microbatches": 4,
+                     "replicas": 1, "warmup_steps": 0, "counts": [steps], "extra": {}}  # fmt: skip
     plan = CompressionPlan.from_dict(compressor)
     cfg = CellConfig(task=task, tier="quick", seed=seed, plan=plan, stages=3)
     rec: dict[str, Any] = {
@@ -100,14 +107,16 @@ def make_record(task: str = "cifar10", compressor: str = "none", seed: int = 0, 
                  "total_train_s": step_s * steps, "total_eval_s": 1.0},  # fmt: skip
         "wall_s": step_s * steps + 1.0,
         "modeled": modeled,
+        "timing_inputs": timing_inputs,
         "run": {"steps": steps, "n_stages": 3, "dp": 1, "microbatches": 4, "schedule": "1f1b",
                 "mode": "single", "device": "cpu"},  # fmt: skip
         "config": cfg.to_dict(),
         "provenance": {
             "git_commit": "0123abc", "git_dirty": False, "mpcbench_version": "0.1.0",
             "plugin_hashes": {compressor: _hex("src", compressor)},
-            "machine": {"cpu": "test-cpu", "gpu": None, "torch": "2.14.1", "cuda": None,
+            "machine": {"cpu": "test-cpu", "cpu_count": 2, "gpu": None, "torch": "2.14.1", "cuda": None,
                         "python": "3.11.7", "platform": "linux", "hostname": "ci"},
+            "load": {"load_avg": [1.5, 1.2, 1.0]},
         },  # fmt: skip
     }
     rec.update(overrides)

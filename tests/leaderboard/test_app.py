@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -37,9 +38,9 @@ def test_ranking_table_and_sections_render(app):
     assert {"none", "fp16", "quant(bits=4)", "topk(ratio=0.1)"} <= set(table.compressor)
     assert "time-to-target @ 1Gbps" in table.columns  # the default network profile
     subheaders = [s.value for s in app.subheader]
-    assert subheaders == ["Ranking", "Quality versus bytes", "Training curves", "Entry details"]
+    assert subheaders == ["Ranking", "Quality versus bytes", "Time to quality", "Training curves", "Entry details"]
     charts = [e for e in app.main if getattr(e, "type", None) == "vega_lite_chart"]
-    assert len(charts) == 2  # Pareto plot and curves
+    assert len(charts) == 3  # Pareto plot, time to quality, curves
     detail = app.json[0].value
     assert '"plugin_hash"' in detail and '"provenance"' in detail and '"submitter"' in detail
     explanation = [m.value for m in app.markdown if "Best quality at a compression ratio" in m.value]
@@ -183,3 +184,77 @@ def test_one_setup_shows_no_setup_column(app):
     pareto = next(e for e in app.main if getattr(e, "type", None) == "vega_lite_chart")
     layer = next(x for x in json.loads(pareto.proto.spec)["layer"] if x["mark"]["type"] == "point")
     assert "shape" not in layer["encoding"]
+
+
+def _chart_data(at: AppTest, title_part: str) -> pd.DataFrame:
+    """The data of the chart whose x axis title contains ``title_part``."""
+    for e in at.main:
+        if getattr(e, "type", None) != "vega_lite_chart":
+            continue
+        spec = json.loads(e.proto.spec)
+        layers = spec.get("layer", [spec])
+        for layer in layers:
+            x = layer.get("encoding", {}).get("x", {})
+            if title_part in str(x.get("title", "")):
+                name = layer["data"]["name"]
+                data = next(d.data.data for d in e.proto.datasets if d.name == name)
+                return pa.ipc.open_stream(data).read_all().to_pandas()
+    raise AssertionError(f"no chart with {title_part!r} on its x axis")
+
+
+def test_time_to_quality_plot_follows_the_network_slider(app):
+    """One line per compressor: quality against modeled seconds; a slower link stretches the
+    lines of compressors that send more bytes, and the ranking follows the slider."""
+    fast = _chart_data(app, "modeled wall-clock seconds")
+    assert {"none", "fp16", "quant(bits=4)", "topk(ratio=0.1)"} <= {lbl.split(" / ")[1] for lbl in fast.label}
+    assert (fast.groupby("label").time_s.apply(lambda s: s.is_monotonic_increasing)).all()
+    app.selectbox(key="rule").select("time_to_target").run()
+    app.selectbox(key="network").select("custom (sliders)").run()
+    app.select_slider(key="bw").set_value(1e6).run()
+    app.select_slider(key="lat").set_value(0.01).run()
+    slow = _chart_data(app, "modeled wall-clock seconds")
+    assert "1Mbps" in " ".join(str(t.value) for t in app.text)  # the page says which link is shown
+    end = lambda df, c: df[df.label.str.endswith(c)].time_s.max()  # noqa: E731
+    # at 1 Mbps the uncompressed run takes far longer than topk, at 1 Gbps it did not
+    assert end(slow, "/ none") / end(slow, "/ topk(ratio=0.1)") > 3 * end(fast, "/ none") / end(fast, "/ topk(ratio=0.1)")
+    table = _ranking(app)
+    table = table[table.entry == "fixture-baselines"]
+    column = next(c for c in table.columns if c.startswith("time-to-target @ 1Mbps"))
+    assert table.compressor.iloc[0] == "quant(bits=4)" and table.compressor.iloc[-1] == "none"
+    assert all(v.endswith("(3/3)") for v in table[column]), list(table[column])
+    app.select_slider(key="bw").set_value(1e12).run()
+    app.select_slider(key="lat").set_value(0.0).run()
+    fastest = _ranking(app)
+    assert fastest[fastest.entry == "fixture-baselines"].compressor.iloc[0] in ("none", "fp16")
+
+
+def test_filters_live_in_the_url(monkeypatch, records_dir):
+    monkeypatch.setenv("MPCBENCH_RECORDS", str(records_dir))
+    monkeypatch.setenv("MPCBENCH_RESULTS", "")
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.query_params.update(task="shakespeare", rule="pareto", network="80Mbps", quality="uncompressed")
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="task").value == "shakespeare" and at.selectbox(key="rule").value == "pareto"
+    assert at.selectbox(key="network").value == "80Mbps"
+    assert "perplexity (no compression at eval)" in _ranking(at).columns
+    at.selectbox(key="direction").select("forward").run()
+    assert at.query_params["direction"] == ["forward"] or at.query_params["direction"] == "forward"
+
+
+def test_local_results_are_kept_apart_unless_asked(monkeypatch, tmp_path, records_dir, lb):
+    store = lb.write_jsonl(tmp_path / "store.jsonl", [dict(r, record_id="L" + r["record_id"][1:])
+                                                     for r in lb.make_records(tasks=("cifar10",), compressors=("none",))])  # fmt: skip
+    at = _app(monkeypatch, records_dir, results=store)
+    assert "local" not in set(_ranking(at).entry)
+    at.checkbox(key="local").check().run()
+    assert "local" in set(_ranking(at).entry)
+
+
+def test_the_whole_ranking_is_visible_and_the_detail_is_a_card(app):
+    card = next(d.value for d in app.main.dataframe if list(d.value.columns) == ["", "value"])
+    fields = dict(zip(card.iloc[:, 0], card.value))
+    assert {"entry", "submitted by", "compressor", "setup", "machine and load", "code version", "plugin source"} <= set(fields)
+    assert "test-cpu" in fields["machine and load"] and "load 1.5" in fields["machine and load"]
+    table = _ranking(app)
+    assert all("load 1.5" in v for v in table["measured on (load)"])

@@ -1,0 +1,66 @@
+"""The compact Parquet index: same numbers as loading every record, incremental rebuilds,
+details read back only for the rows asked for."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+
+from leaderboard.frame import to_frame
+from leaderboard.index import load_details, load_index
+from leaderboard.statistics import aggregate
+from leaderboard.submissions import load_all
+
+
+def _entry(root, lb, name, records):
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "entry.yaml").write_text(f"name: {name}\nsubmitter: someone\ndate: '2026-01-01'\n")
+    lb.write_jsonl(d / "results.jsonl", [dict(r, record_id=name[:4] + r["record_id"][4:]) for r in records])
+    return d
+
+
+def test_index_matches_a_full_load_and_rebuilds_only_what_changed(tmp_path, lb):
+    root = tmp_path / "records"
+    a = _entry(root, lb, "entry-a", lb.make_records(tasks=("cifar10",)))
+    _entry(root, lb, "entry-b", lb.make_records(tasks=("shakespeare",)))
+    store = lb.write_jsonl(tmp_path / "store.jsonl", lb.make_records(tasks=("cifar10",), compressors=("none",)))
+    ix = load_index([str(store)], [str(root)], index_dir=tmp_path / "ix")
+    assert len(ix.rebuilt) == 3 and "timing_inputs" not in ix.frame and "curve" not in ix.frame
+    records, _ = load_all([str(store)], [str(root)])
+    full, light = aggregate(to_frame(records)), aggregate(ix.frame)
+    cols = ["task", "compressor", "entry", "n", "metric_mean", "delta", "p_value", "time_to_target_s@1Gbps"]
+    key = ["task", "entry", "compressor"]
+    pd.testing.assert_frame_equal(full[cols].sort_values(key).reset_index(drop=True),
+                                  light[cols].sort_values(key).reset_index(drop=True))  # fmt: skip
+    assert load_index([str(store)], [str(root)], index_dir=tmp_path / "ix").rebuilt == []
+    with (a / "results.jsonl").open("a") as f:  # one entry changes: only it is loaded again
+        f.write(json.dumps(dict(lb.make_record("cifar10", "none", 7), record_id="entr" + "9" * 28)) + "\n")
+    os.utime(a / "results.jsonl", ns=(1, 2))
+    ix2 = load_index([str(store)], [str(root)], index_dir=tmp_path / "ix")
+    assert ix2.rebuilt == [str(a)] and len(ix2.frame) == len(ix.frame) + 1
+
+
+def test_details_come_back_for_the_rows_asked(tmp_path, lb):
+    root = tmp_path / "records"
+    _entry(root, lb, "entry-a", lb.make_records(tasks=("cifar10",)))
+    ix = load_index([], [str(root)], index_dir=tmp_path / "ix")
+    rows = ix.frame[ix.frame.compressor == "fp16"]
+    shown = load_details(rows)
+    assert all(len(c) > 0 for c in shown.curve) and all(p["git_commit"] == "0123abc" for p in shown.provenance)
+    assert all(json.loads(t)["microbatches"] == 4 for t in shown.timing_inputs)
+    assert list(ix.heavy(rows).timing_inputs) == list(shown.timing_inputs)
+
+
+def test_problems_are_remembered_and_a_committed_copy_in_the_store_is_dropped(tmp_path, lb):
+    root = tmp_path / "records"
+    recs = lb.make_records(tasks=("cifar10",), compressors=("none",))
+    _entry(root, lb, "entry-a", recs)
+    (root / "broken").mkdir()
+    store = lb.write_jsonl(tmp_path / "store.jsonl", [dict(r, record_id="entr" + r["record_id"][4:]) for r in recs])
+    for _ in range(2):  # the second time from the index
+        ix = load_index([str(store)], [str(root)], index_dir=tmp_path / "ix")
+        assert any("broken" in p.path for p in ix.problems)
+        assert set(ix.frame.entry) == {"entry-a"}  # the store's copies of committed records are not shown twice
