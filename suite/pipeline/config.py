@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from compressors.api import CompressorError, TensorRole
 
+from .schedules import SCHEDULES, build_schedule
+
 __all__ = [
     "Direction",
     "DIRECTIONS",
@@ -31,7 +33,6 @@ ROLE_OF_DIRECTION = {
     "backward": TensorRole.ACTIVATION_GRAD,
     "dp": TensorRole.WEIGHT_GRAD,
 }
-SCHEDULES = ("gpipe", "1f1b")
 MODES = ("single", "torchrun")  # all stages in one process, or one process per stage (and replica)
 DEVICES = ("cpu", "cuda", "auto")
 
@@ -140,8 +141,8 @@ class CellConfig:
         task, tier, seed: what to train and how much.
         plan: compressors per direction / boundary.
         stages: pipeline stages (None: the task's default).
-        dp: data-parallel replicas (pp x dp processes in torchrun mode).
-        schedule: ``gpipe`` or ``1f1b``.
+        dp: data-parallel replicas (pipeline ranks x dp processes in torchrun mode).
+        schedule: a name in ``suite.pipeline.schedules.SCHEDULES`` (``gpipe``, ``1f1b``, ``interleaved_1f1b``).
         microbatches: M (None: the tier's default).
         compress_warmup_steps: the first N steps send uncompressed.
         eval_uncompressed: also evaluate with every boundary uncompressed.
@@ -217,6 +218,10 @@ class CellConfig:
                 f"microbatches={m} does not divide the {self.tier} batch size {budget.batch_size} of task "
                 f"{self.task!r}; pick a divisor of {budget.batch_size}"
             )
+        try:  # the schedule exists and fits (stages per rank, micro-batches)
+            build_schedule(self.schedule, n, m)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         if not isinstance(self.check_consistency, bool):
             raise ConfigError(f"check_consistency={self.check_consistency!r} must be true or false")
         if self.steps is not None and (not isinstance(self.steps, int) or self.steps < 1):

@@ -1,7 +1,8 @@
 """Data parallelism on the pp x dp grid: DDP per stage with a compressed communication hook.
 
-Rank layout: ``rank = dp_rank * n_stages + stage``. The dp replicas of stage s form one
-process group; each replica's stage module is wrapped in
+Rank layout: ``suite.pipeline.placement`` (``rank = dp_rank * P + stage % P`` for P pipeline
+ranks per replica). The dp replicas of a pipeline rank form one process group, shared by
+the stages that rank holds; each replica's stage module is wrapped in
 ``torch.nn.parallel.DistributedDataParallel`` on that group, with a communication hook
 built from the plan's ``dp`` compressor spec (any registered compressor). Per DDP bucket
 ``x`` (the flattened local gradients, shape (n,)) the hook returns the replica mean:
@@ -42,21 +43,21 @@ from compressors.registry import build
 
 from .accounting import ByteMeter, dp_key
 from .boundary import _check_output, _check_payload, derive_seed
+from .placement import Placement
 from .timing import Clock
 from .transport import frame, unframe
 
-__all__ = ["rank_of", "make_dp_groups", "CompressedReduce", "DDPSync", "wrap_stage"]
+__all__ = ["make_dp_groups", "CompressedReduce", "DDPSync", "wrap_stage"]
 
 
-def rank_of(stage: int, dp_rank: int, n_stages: int) -> int:
-    return dp_rank * n_stages + stage
-
-
-def make_dp_groups(n_stages: int, dp: int, backend: str | None = None) -> dict[int, Any]:
-    """One process group per stage holding its dp replicas (every rank must call this)."""
-    return {
-        s: dist.new_group([rank_of(s, d, n_stages) for d in range(dp)], backend=backend) for s in range(n_stages)
-    }
+def make_dp_groups(placement: Placement, backend: str | None = None) -> dict[int, Any]:
+    """Stage -> the process group of its dp replicas: one group per pipeline rank, created in
+    the same order on every rank (every rank must call this)."""
+    groups = [
+        dist.new_group([placement.address(p, d) for d in range(placement.dp_size)], backend=backend)
+        for p in range(placement.n_ranks)
+    ]
+    return {s: groups[placement.pp_rank(s)] for s in range(placement.n_stages)}
 
 
 class CompressedReduce:

@@ -1,7 +1,7 @@
 """Launch a torchrun job for one cell, watch it, and always clean up.
 
 ``launch(config)`` starts ``python -m torch.distributed.run --standalone
---nproc-per-node=<stages*dp> -m suite.pipeline.worker ...`` in its own session, waits with a
+--nproc-per-node=<pipeline ranks*dp> -m suite.pipeline.worker ...`` in its own session, waits with a
 wall-clock watchdog and returns the RunResult that rank 0 wrote. Failure handling:
 
 - a rank that raises writes a one-line error and exits; its peers' blocked receives fail
@@ -33,6 +33,7 @@ from pathlib import Path
 from .config import CellConfig
 from .errors import RunError, RunTimeout
 from .result import RunResult
+from .schedules import pipeline_ranks
 
 __all__ = ["launch", "DEFAULT_TIME_LIMIT_S", "RUN_MARKER"]
 
@@ -50,7 +51,7 @@ def _absolute_plugins(cfg: CellConfig) -> CellConfig:
 
 def launch(config: CellConfig, keep_dir: bool = False) -> RunResult:
     """Run ``config`` (already validated, mode torchrun) under torchrun; see the module docstring."""
-    nproc = config.n_stages * config.dp
+    nproc = pipeline_ranks(config.schedule, config.n_stages) * config.dp
     run_dir = Path(tempfile.mkdtemp(prefix="mpcbench-run-"))
     cfg_path = run_dir / "config.json"
     cfg_path.write_text(json.dumps(_absolute_plugins(config).to_dict()))

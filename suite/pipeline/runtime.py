@@ -3,7 +3,8 @@
 ``mode="single"``: every stage in this process on one device, connected by a
 ``LocalTransport`` that frames and counts messages exactly as the distributed transport
 does (same compressor instances per end, same bytes). ``mode="torchrun"``: one process per
-(stage, replica) under ``torch.distributed.run`` (see ``suite.pipeline.launch``).
+(pipeline rank, replica) under ``torch.distributed.run`` (see ``suite.pipeline.launch``); a
+pipeline rank holds one stage, or several for interleaved schedules.
 
 Errors: an invalid config raises ``ConfigError`` before anything runs; a failed torchrun
 job raises ``RunError`` (``RunTimeout`` past ``time_limit_s``) with one line naming the
@@ -22,7 +23,9 @@ from .config import CellConfig, ConfigError
 from .errors import RunError, RunTimeout
 from .result import RunResult
 from .summary import summarize
-from .trainer import Placement, check_plan, required_features, resolve_device, train
+from .placement import Placement
+from .schedules import pipeline_ranks
+from .trainer import check_plan, required_features, resolve_device, train
 from .transport import LocalTransport
 
 __all__ = ["run", "run_single", "preflight", "RunError", "RunTimeout"]
@@ -69,7 +72,8 @@ def run_single(cfg: CellConfig) -> RunResult:
     transport = LocalTransport(meter, device)
     S = cfg.n_stages
     deadline = time.perf_counter() + cfg.time_limit_s if cfg.time_limit_s else None
-    report = train(cfg, Placement(tuple(range(S)), S), device, transport, deadline=deadline)
+    placement = Placement.all_local(S, pipeline_ranks(cfg.schedule, S))
+    report = train(cfg, placement, device, transport, deadline=deadline)
     if transport.pending():
         raise RuntimeError(f"{transport.pending()} messages were sent but never received (schedule bug)")
     report["meter"] = meter.to_list()

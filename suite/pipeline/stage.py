@@ -87,6 +87,7 @@ class Stage:
         self.scheduler: Any = None
         self.step_losses: list[Tensor] = []  # last stage: unscaled loss of each micro-batch
         self._saved: dict[int, tuple[Any, Received | None]] = {}
+        self._backwards = 0  # backwards run this step: the M-th one reduces data-parallel gradients
         self._rng = self._init_rng(derive_seed(seed, "stage", index))
 
     # --- parameters ----------------------------------------------------------------------
@@ -155,7 +156,8 @@ class Stage:
             else:
                 assert self.downstream is not None and isinstance(out, Sent)
                 roots, grads = self.downstream.receive_gradient(out, micro)
-            with self.clock.section("compute"), self.sync.backward(last=m == self.microbatches - 1):
+            self._backwards += 1
+            with self.clock.section("compute"), self.sync.backward(last=self._backwards == self.microbatches):
                 if roots:
                     torch.autograd.backward(roots, grads)
             if received is not None:
@@ -166,6 +168,7 @@ class Stage:
         """Synchronize extra gradients, apply the optimizer and scheduler, clear gradients."""
         if self._saved:
             raise RuntimeError(f"stage {self.index}: micro-batches {sorted(self._saved)} were not backpropagated")
+        self._backwards = 0
         self.sync.after_backward(self.compressor_parameters())
         assert self.optimizer is not None
         with self.clock.section("optimizer"):

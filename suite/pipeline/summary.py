@@ -5,7 +5,8 @@ Conventions (docs/ARCHITECTURE.md, "Byte accounting" and "Time"):
 - per-stage times are means over measured steps (the first step is warm-up and excluded
   when there are more than two), the max over dp replicas of that stage;
 - ``time`` adds the stages up in single-process mode (one process does all the work) and
-  takes the slowest stage under torchrun (the critical path);
+  under torchrun takes the slowest rank (the critical path), a rank's time being the sum
+  of its stages' (several for interleaved schedules);
 - the network model sees one replica's links: per-step bytes divided by dp and by M.
 """
 
@@ -18,6 +19,7 @@ from .accounting import ByteMeter, boundary_key, dp_key
 from .config import CellConfig
 from suite.results.network import DPLoad, LinkLoad, StageCost, StepLoad, TimingInputs, encode_steps, model_run
 from .result import EvalPoint, RunResult, TimeSplit
+from .schedules import pipeline_ranks, rank_of_stage
 from .timing import SECTIONS
 
 __all__ = ["summarize", "timing_inputs"]
@@ -103,13 +105,18 @@ def summarize(config: CellConfig, reports: list[dict[str, Any]]) -> RunResult:
 
     # --- time ----------------------------------------------------------------------------------------
     rows = _stage_rows(reports, S, steps)
-    combine = sum if config.mode == "single" else max
+    P = pipeline_ranks(config.schedule, S)
+
+    def combine(seconds) -> float:
+        per_rank = [sum(seconds(r) for r in rows if rank_of_stage(int(r["stage"]), P) == p) for p in range(P)]
+        return sum(per_rank) if config.mode == "single" else max(per_rank)
+
     measured = _measured(steps)
     split = TimeSplit(
         step_s=fmean(walls[i] for i in measured),
-        compute_s=combine(r["compute_s"] + r["optimizer_s"] for r in rows),
-        compress_s=combine(r["compress_s"] for r in rows),
-        comm_s=combine(r["comm_s"] for r in rows),
+        compute_s=combine(lambda r: r["compute_s"] + r["optimizer_s"]),
+        compress_s=combine(lambda r: r["compress_s"]),
+        comm_s=combine(lambda r: r["comm_s"]),
         total_train_s=sum(walls),
         total_eval_s=max(r["eval_s"] for r in reports),
     )

@@ -2,49 +2,43 @@
 
 Reads top to bottom: task -> stages (+ boundary ends, DDP) -> optimizers -> for each step:
 split the batch into M micro-batches, run the schedule's actions, step the optimizers,
-evaluate every ``eval_every`` steps -> a JSON-able report. The same code runs all stages
-in one process (``LocalTransport``, the executor interleaves the stages' action lists) or
-one stage per process under torchrun (``DistTransport``, each process runs its own list
-with blocking receives). ``suite.pipeline.summary`` merges the reports into a RunResult.
+evaluate every ``eval_every`` steps -> a JSON-able report. The same code runs all pipeline
+ranks in one process (``LocalTransport``, the executor interleaves the ranks' action lists)
+or one pipeline rank per process under torchrun (``DistTransport``, each process runs its
+own list with blocking receives); a rank holds one stage, or several for interleaved
+schedules (``suite.pipeline.placement``). ``suite.pipeline.summary`` merges the reports into a RunResult.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Callable
 
 import torch
 
 from compressors.api import TensorRole
 from compressors.registry import Spec, get_class, parse_spec
-from tasks import build_task
+from tasks import Batch, build_task
 
 from .accounting import ByteMeter
 from .boundary import Micro, ReceiverEnd, SenderEnd
 from .config import ROLE_OF_DIRECTION, CellConfig, CompressionPlan, ConfigError
 from .errors import RunTimeout
-from .schedules import Action, get_schedule
+from .placement import Placement
+from .schedules import Action, Kind, Schedule, build_schedule
 from .stage import Stage
 from .timing import Clock
 from .transport import DistTransport, LocalTransport, Transport
 
-__all__ = ["Placement", "train", "required_features", "check_plan", "resolve_device"]
+__all__ = ["Placement", "STAGE_METHODS", "train", "execute", "required_features", "check_plan", "resolve_device"]
 
-
-@dataclass(frozen=True)
-class Placement:
-    """Which stages this process runs, in which data-parallel replica."""
-
-    stages: tuple[int, ...]
-    n_stages: int
-    dp_rank: int = 0
-    dp_size: int = 1
-    distributed: bool = False
-
-    def rank(self, stage: int) -> int:
-        """Transport address of ``stage`` in this replica (global rank under torchrun)."""
-        return self.dp_rank * self.n_stages + stage if self.distributed else stage
+# How the executor runs each action kind on a stage: (stage, micro-batch index, its Batch, its Micro).
+# A schedule using a kind missing here (e.g. a zero-bubble schedule's I / W) is refused before training.
+STAGE_METHODS: dict[Kind, Callable[[Stage, int, Batch, Micro], None]] = {
+    Kind.FORWARD: lambda stage, m, batch, micro: stage.forward(m, batch, micro),
+    Kind.FULL_BACKWARD: lambda stage, m, batch, micro: stage.backward(m, micro),
+}
 
 
 def resolve_device(name: str, local_rank: int = 0, local_world: int = 1) -> torch.device:
@@ -159,7 +153,15 @@ def train(
     last = stages.get(S - 1)
 
     # --- training ---------------------------------------------------------------------------------
-    actions = get_schedule(cfg.schedule, S, M)
+    schedule = build_schedule(cfg.schedule, S, M)
+    if schedule.n_ranks != placement.n_ranks:
+        raise ConfigError(f"schedule {cfg.schedule!r} runs on {schedule.n_ranks} ranks, the placement has {placement.n_ranks}")
+    unsupported = {a.kind for acts in schedule.ranks for a in acts} - set(STAGE_METHODS)
+    if unsupported:
+        raise ConfigError(
+            f"schedule {cfg.schedule!r} uses action kind(s) {sorted(k.value for k in unsupported)} that the executor "
+            f"does not run (it runs: {', '.join(k.value for k in STAGE_METHODS)})"
+        )
     report: dict[str, Any] = {"losses": [], "curve": [], "step_walls": [], "eval_s": 0.0}
     eval_every = max(1, budget.eval_every)
     done = 0
@@ -176,13 +178,10 @@ def train(
         mbs = batch.to(device).split(M)
         micros = [Micro(step, m, mb.sample_ids, mb.inputs, True, compressed) for m, mb in enumerate(mbs)]
 
-        def run(s: int, a: Action) -> None:
-            if a.kind == "F":
-                stages[s].forward(a.microbatch, mbs[a.microbatch], micros[a.microbatch])
-            else:
-                stages[s].backward(a.microbatch, micros[a.microbatch])
+        def run(a: Action) -> None:
+            STAGE_METHODS[a.kind](stages[a.stage], a.microbatch, mbs[a.microbatch], micros[a.microbatch])
 
-        execute({s: actions[s] for s in stages}, run, transport, placement)
+        execute(schedule, run, transport, placement)
         for st in stages.values():
             st.finish_step()
         transport.flush()
@@ -220,41 +219,36 @@ def train(
     return report
 
 
-def execute(
-    plan: dict[int, list[Action]],
-    run: Callable[[int, Action], None],
-    transport: Transport,
-    placement: Placement,
-) -> None:
-    """Run every local stage's action list in order.
+def execute(schedule: Schedule, run: Callable[[Action], None], transport: Transport, placement: Placement) -> None:
+    """Run the action lists of this process's pipeline ranks, each in order.
 
-    Under torchrun there is one local stage and receives block. In one process the stages
-    are interleaved: each pass runs at most one ready action per stage (an action is ready
-    when the message it receives is queued), which keeps queues short.
+    Under torchrun there is one local rank and receives block. In one process the ranks are
+    interleaved: each pass runs at most one ready action per rank (an action is ready when
+    the message it receives is queued), which keeps queues short. Peers come from the
+    placement; ``check_schedule`` has proven that messages between two ranks are received in
+    the order they are sent, so the next queued message is the one an action expects.
     """
-    S = placement.n_stages
-    pos = {s: 0 for s in plan}
+    S = schedule.n_stages
+    lists = {r: schedule.ranks[r] for r in placement.pp_ranks}
+    pos = {r: 0 for r in lists}
     local = isinstance(transport, LocalTransport)
 
-    def ready(s: int, a: Action) -> bool:
-        if not local:
+    def ready(a: Action) -> bool:
+        src = a.receives_from(S)
+        if not local or src is None:
             return True
-        transport.rank = placement.rank(s)
-        if a.kind == "F" and s > 0:
-            return transport.ready(placement.rank(s - 1))
-        if a.kind == "B" and s < S - 1:
-            return transport.ready(placement.rank(s + 1))
-        return True
+        transport.rank = placement.rank(a.stage)
+        return transport.ready(placement.rank(src))
 
-    remaining = sum(len(v) for v in plan.values())
+    remaining = sum(len(v) for v in lists.values())
     while remaining:
         progressed = False
-        for s in sorted(plan):
-            if pos[s] < len(plan[s]) and ready(s, plan[s][pos[s]]):
+        for r, acts in lists.items():
+            if pos[r] < len(acts) and ready(acts[pos[r]]):
                 if local:
-                    transport.rank = placement.rank(s)
-                run(s, plan[s][pos[s]])
-                pos[s] += 1
+                    transport.rank = placement.rank(acts[pos[r]].stage)
+                run(acts[pos[r]])
+                pos[r] += 1
                 remaining -= 1
                 progressed = True
         if not progressed:

@@ -1,10 +1,11 @@
-"""torchrun entry point: one process = one stage of one data-parallel replica.
+"""torchrun entry point: one process = one pipeline rank of one data-parallel replica.
 
-    python -m torch.distributed.run --standalone --nproc-per-node=<stages*dp> \\
+    python -m torch.distributed.run --standalone --nproc-per-node=<pipeline ranks*dp> \\
         -m suite.pipeline.worker --config <cell.json> --out <run dir>
 
 Each rank initializes the process group (gloo on CPU, NCCL on CUDA, timeout =
-``comm_timeout_s``), loads the config's plugins, trains its stage, and sends its report to
+``comm_timeout_s``), loads the config's plugins, trains its stage(s) (``suite.pipeline.placement``: one, or
+several for interleaved schedules), and sends its report to
 rank 0, which writes ``<run dir>/result.json``. A rank that fails writes one line to
 ``<run dir>/errors/rank<r>.txt`` and exits non-zero; torchrun then stops the others.
 Workers die with their parent (PR_SET_PDEATHSIG) so that nothing outlives a killed run.
@@ -53,7 +54,9 @@ from .accounting import ByteMeter  # noqa: E402
 from .config import CellConfig, ConfigError  # noqa: E402
 from .data_parallel import make_dp_groups  # noqa: E402
 from .summary import summarize  # noqa: E402
-from .trainer import Placement, resolve_device, train  # noqa: E402
+from .placement import Placement  # noqa: E402
+from .schedules import pipeline_ranks  # noqa: E402
+from .trainer import resolve_device, train  # noqa: E402
 from .transport import DistTransport  # noqa: E402
 
 __all__ = ["main"]
@@ -79,10 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = CellConfig.from_dict(json.loads(Path(args.config).read_text())).validate()  # loads plugins
         S, D = cfg.n_stages, cfg.dp
-        if world != S * D:
-            raise ConfigError(f"world size {world} != stages {S} x dp {D}")
-        stage, dp_rank = rank % S, rank // S
-        where = f"rank {rank} (stage {stage}, replica {dp_rank})"
+        P = pipeline_ranks(cfg.schedule, S)
+        if world != P * D:
+            raise ConfigError(f"world size {world} != pipeline ranks {P} x dp {D}")
+        placement = Placement.of_rank(rank, S, P, D)
+        where = f"rank {rank} (stage {','.join(map(str, placement.stages))}, replica {placement.dp_rank})"
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
         device = resolve_device(cfg.device, local_rank, local_world)
         backend = "nccl" if device.type == "cuda" else "gloo"
@@ -91,11 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         _trace("config loaded")
         dist.init_process_group(backend, timeout=timedelta(seconds=cfg.comm_timeout_s))
         _trace("process group up")
-        dp_groups = make_dp_groups(S, D) if D > 1 else None
+        dp_groups = make_dp_groups(placement) if D > 1 else None
         control = dist.new_group(backend="gloo") if backend != "gloo" else None  # for Python objects
         meter = ByteMeter()
         transport = DistTransport(meter, device, rank)
-        report = train(cfg, Placement((stage,), S, dp_rank, D, distributed=True), device, transport, dp_groups)
+        report = train(cfg, placement, device, transport, dp_groups)
         report["meter"] = meter.to_list()
         _trace("trained")
         gathered: list | None = [None] * world if rank == 0 else None

@@ -26,7 +26,8 @@ ACT_BYTES, NONE_MSG = 512, 512 + 8 + 36
 
 @pytest.mark.parametrize(
     "task,stages,schedule,tier",
-    [("tiny", 2, "gpipe", "quick"), ("tiny", 4, "1f1b", "smoke"), ("tiny_adamw", 3, "gpipe", "smoke"), ("tiny_adamw", 2, "1f1b", "smoke")],
+    [("tiny", 2, "gpipe", "quick"), ("tiny", 4, "1f1b", "smoke"), ("tiny_adamw", 3, "gpipe", "smoke"), ("tiny_adamw", 2, "1f1b", "smoke"),
+     ("tiny", 4, "interleaved_1f1b", "quick"), ("tiny_adamw", 4, "interleaved_1f1b", "smoke")],
 )
 def test_none_pipeline_equals_unsplit_training(tiny_cell, task, stages, schedule, tier):
     cfg = tiny_cell(task=task, stages=stages, schedule=schedule, tier=tier)

@@ -8,8 +8,21 @@ import pytest
 import torch
 
 from suite.pipeline.accounting import ByteMeter
-from suite.pipeline.schedules import Action, check_schedule, get_schedule, gpipe, one_f_one_b
+from suite.pipeline.schedules import (
+    SCHEDULES,
+    Action,
+    Kind,
+    Schedule,
+    build_schedule,
+    check_schedule,
+    get_schedule,
+    gpipe,
+    interleaved_1f1b,
+    one_f_one_b,
+)
 from suite.pipeline.transport import PREFIX_NBYTES, LocalTransport, TransportError, frame, frame_nbytes, unframe
+
+F, B, I, W = Kind.FORWARD, Kind.FULL_BACKWARD, Kind.BACKWARD_INPUT, Kind.BACKWARD_WEIGHT
 
 
 # --------------------------------------------------------------------------- schedules
@@ -18,7 +31,10 @@ from suite.pipeline.transport import PREFIX_NBYTES, LocalTransport, TransportErr
 def test_schedules_are_valid(name, stages, micro):
     acts = get_schedule(name, stages, micro)
     assert len(acts) == stages
-    check_schedule(acts, micro)
+    check_schedule(build_schedule(name, stages, micro))
+    for s, rank in enumerate(acts):  # one stage per rank; every micro-batch forwarded and backpropagated in order
+        assert {a.stage for a in rank} == {s}
+        assert [a.microbatch for a in rank if a.kind == F] == [a.microbatch for a in rank if a.kind == B] == list(range(micro))
 
 
 def test_1f1b_bounds_activations_in_flight_and_gpipe_does_not():
@@ -26,18 +42,75 @@ def test_1f1b_bounds_activations_in_flight_and_gpipe_does_not():
     for s, acts in enumerate(one_f_one_b(S, M)):
         live = peak = 0
         for a in acts:
-            live += 1 if a.kind == "F" else -1
+            live += 1 if a.kind == F else -1
             peak = max(peak, live)
         assert peak == min(S - s, M)
-    assert one_f_one_b(2, 3)[0] == [Action("F", 0), Action("F", 1), Action("B", 0), Action("F", 2), Action("B", 1), Action("B", 2)]
-    assert gpipe(2, 2)[1] == [Action("F", 0), Action("F", 1), Action("B", 0), Action("B", 1)]
+    assert one_f_one_b(2, 3)[0] == [Action(0, F, 0), Action(0, F, 1), Action(0, B, 0), Action(0, F, 2), Action(0, B, 1), Action(0, B, 2)]
+    assert gpipe(2, 2)[1] == [Action(1, F, 0), Action(1, F, 1), Action(1, B, 0), Action(1, B, 1)]
+    assert repr(build_schedule("1f1b", 2, 2).ranks) == "((0F0, 0F1, 0B0, 0B1), (1F0, 1B0, 1F1, 1B1))"  # the docstring's example
 
 
-def test_bad_schedules_are_refused():
-    with pytest.raises(ValueError, match="valid schedules: gpipe, 1f1b"):
+@pytest.mark.parametrize("stages,micro", [(4, 2), (4, 4), (4, 8), (6, 3), (6, 6), (8, 4), (8, 12)])
+def test_interleaved_1f1b_runs_two_chunks_per_rank(stages, micro):
+    sched = build_schedule("interleaved_1f1b", stages, micro)
+    P = stages // 2
+    assert sched.n_ranks == P and SCHEDULES["interleaved_1f1b"].chunks == 2
+    for r, acts in enumerate(sched.ranks):
+        assert {a.stage for a in acts} == {r, r + P} == set(sched.stages_of(r))
+        for s in (r, r + P):  # each chunk backpropagates micro-batches in order (same gradient sums as unsplit)
+            assert [a.microbatch for a in acts if a.stage == s and a.kind == B] == list(range(micro))
+    # rank 0 of 2: P micro-batches of chunk 0, then of chunk 1 (stage 2), before its first backward
+    assert [repr(a) for a in sched.ranks[0][:6]] == ["0F0", "0F1", "2F0", "2F1", "0F2", "2B0"] if micro >= 4 and P == 2 else True
+    # peak activations alive on a rank stay below GPipe's M per chunk
+    for acts in sched.ranks:
+        live = peak = 0
+        for a in acts:
+            live += 1 if a.kind == F else -1
+            peak = max(peak, live)
+        assert peak <= min(2 * micro, 3 * P)
+
+
+def test_schedule_layout_errors_name_the_fix():
+    with pytest.raises(ValueError, match="valid schedules: gpipe, 1f1b, interleaved_1f1b"):
         get_schedule("interleaved", 2, 2)
-    with pytest.raises(ValueError, match="before its forward"):
-        check_schedule([[Action("B", 0), Action("F", 0)]], 1)
+    with pytest.raises(ValueError, match="2 stages per rank on at least 2 ranks: 3 stages do not fit"):
+        build_schedule("interleaved_1f1b", 3, 4)
+    with pytest.raises(ValueError, match="at least 2 ranks: 2 stages do not fit"):  # both chunks on one rank
+        build_schedule("interleaved_1f1b", 2, 4)
+    with pytest.raises(ValueError, match="multiple of 3, got 4"):
+        build_schedule("interleaved_1f1b", 6, 4)
+
+
+def _sched(*ranks, S=None, M=1):
+    return Schedule("test", S or len(ranks), M, tuple(tuple(r) for r in ranks))
+
+
+def test_check_schedule_checks_dependencies_not_a_fixed_order():
+    # any order that respects the dependencies is accepted: backwards in reverse, split I/W backward
+    check_schedule(_sched([Action(0, F, 0), Action(0, F, 1), Action(0, B, 1), Action(0, B, 0)],
+                          [Action(1, F, 0), Action(1, F, 1), Action(1, B, 1), Action(1, B, 0)], M=2))  # fmt: skip
+    check_schedule(_sched([Action(0, F, 0), Action(0, I, 0), Action(0, W, 0)], [Action(1, F, 0), Action(1, I, 0), Action(1, W, 0)]))
+    bad = {
+        "before its forward": _sched([Action(0, B, 0), Action(0, F, 0)]),
+        "before its input-gradient pass": _sched([Action(0, F, 0), Action(0, W, 0), Action(0, I, 0)]),
+        r"micro-batch 0 has F x2, B x1": _sched([Action(0, F, 0), Action(0, F, 0), Action(0, B, 0)]),
+        r"micro-batch 1 has F x0, B x0": _sched([Action(0, F, 0), Action(0, B, 0)], M=2),
+        r"has F x1, B x1, I x1, W x1": _sched([Action(0, F, 0), Action(0, I, 0), Action(0, W, 0), Action(0, B, 0)]),
+        "out of range": _sched([Action(0, F, 0), Action(0, B, 0), Action(0, F, 1)]),
+        "is on rank 0, its stage lives on rank 1": _sched([Action(1, F, 0), Action(1, B, 0)], [], S=2),
+        "neighbouring stages 0 and 1 share rank 0": _sched([Action(s, k, 0) for s, k in ((0, F), (1, F), (1, B), (0, B))], S=2),
+        # rank 0 waits for B0's gradient before sending F1; rank 1 waits for F1 before sending B0's gradient
+        "deadlocks: rank 0 at 0B0, rank 1 at 1F1": _sched(
+            [Action(0, F, 0), Action(0, B, 0), Action(0, F, 1), Action(0, B, 1)],
+            [Action(1, F, 0), Action(1, F, 1), Action(1, B, 0), Action(1, B, 1)], M=2),
+        # both messages are sent, but rank 1 would read micro-batch 1's activation for its F0
+        "would receive the message from stage 0 to stage 1 for micro-batch 0": _sched(
+            [Action(0, F, 0), Action(0, F, 1), Action(0, B, 0), Action(0, B, 1)],
+            [Action(1, F, 1), Action(1, B, 1), Action(1, F, 0), Action(1, B, 0)], M=2),
+    }  # fmt: skip
+    for message, sched in bad.items():
+        with pytest.raises(ValueError, match=message):
+            check_schedule(sched)
 
 
 # --------------------------------------------------------------------------- framing
