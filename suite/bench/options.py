@@ -57,9 +57,9 @@ class Choices:
 
 
 def _schedules() -> tuple[str, ...]:
-    from suite.pipeline.config import SCHEDULES
+    from suite.pipeline.schedules import SCHEDULES  # the schedule registry (name -> ScheduleKind)
 
-    return SCHEDULES
+    return tuple(SCHEDULES)
 
 
 def _modes() -> tuple[str, ...]:
