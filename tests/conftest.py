@@ -6,6 +6,9 @@ from typing import Callable
 
 import pytest
 
+# the contract's asserts explain themselves (tests/compressors/test_roundtrip.py imports them)
+pytest.register_assert_rewrite("compressors.contract")
+
 from fixtures.processes import processes_with_env as _processes_with_env
 
 

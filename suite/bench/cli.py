@@ -177,6 +177,52 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_FAILED if bad else EXIT_OK
 
 
+# --------------------------------------------------------------------------- check
+def _plugin_target(raw: str) -> str:
+    """A plugin argument as ``load_plugin`` takes it: a ``.py`` file (absolute) or a module name.
+
+    A package folder (with ``__init__.py``) or a project folder holding exactly one package
+    (``examples/mpcbench-signsgd``) is imported by its package name, its parent put on ``sys.path``.
+    """
+    path = Path(raw)
+    if not path.is_dir():
+        return str(path.resolve()) if (raw.endswith(".py") or "/" in raw) else raw
+    if (path / "__init__.py").exists():
+        package = path.resolve()
+    else:
+        found = [d for base in (path, path / "src") if base.is_dir() for d in sorted(base.iterdir())
+                 if (d / "__init__.py").exists() and not d.name.startswith(("test", "."))]  # fmt: skip
+        if len(found) != 1:
+            listed = ", ".join(d.name for d in found) or "none"
+            raise UsageError(f"{raw}: a plugin folder must hold exactly one Python package (found: {listed}); "
+                             "name the module or the .py file instead")  # fmt: skip
+        package = found[0].resolve()
+    if str(package.parent) not in sys.path:
+        sys.path.insert(0, str(package.parent))
+    return package.name
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    import importlib.metadata
+
+    import pytest
+
+    import compressors
+    from compressors.registry import load_plugin
+
+    target = _plugin_target(args.plugin)
+    load_plugin(target)  # an import failure is one line and exit 2, before pytest starts
+    argv = [str(Path(compressors.__file__).with_name("contract.py")), "-p", "no:cacheprovider", "-v", "-rfEs",
+            "--tb=short", "--plugin", target]  # fmt: skip
+    for spec in args.spec:
+        argv += ["--compressor", spec]
+    if not any(ep.name == "mpcbench" for ep in importlib.metadata.entry_points(group="pytest11")):
+        argv += ["-p", "suite.bench.pytest_plugin"]  # not pip-installed: the options come from here
+    print(f"mpcbench check: the generic compressor contract on {args.plugin}"
+          + (f" ({', '.join(args.spec)})" if args.spec else " (every compressor it registers)"), file=sys.stderr)  # fmt: skip
+    return int(pytest.main(argv + list(args.pytest_args)))
+
+
 # --------------------------------------------------------------------------- report
 def _load_for_report(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[str]]:
     from leaderboard.submissions import load_all
@@ -325,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mpcbench",
         description="Benchmark compressors of activations and gradients in pipeline- and data-parallel training.",
     )
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{list,run,report,validate}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{list,run,check,report,validate}")
 
     p = sub.add_parser("list", help="list compressors, tasks and tiers")
     p.add_argument("what", nargs="*", choices=["compressors", "tasks", "tiers"], help="what to list (default: all)")
@@ -336,6 +382,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run one cell or a matrix into the results store")
     add_to_argparse(p, RUN_OPTIONS + CLI_RUN_OPTIONS)  # the same table as pytest suite's options
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("check", help="run the generic compressor contract (pytest) on a plugin")
+    p.add_argument("plugin", help="the plugin: a .py file, a module name, or a package / project folder")
+    p.add_argument("spec", nargs="*", help="specs to test (default: every compressor the plugin registers, "
+                   "at its default settings)")  # fmt: skip
+    p.add_argument("--pytest", dest="pytest_args", action="append", default=[], metavar="ARG",
+                   help="pass ARG to pytest (repeatable), e.g. --pytest=-x --pytest=-v")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("report", help="ranked table per task and tier")
     p.add_argument("--results", action="append", default=None, help=f"results store(s) (default {DEFAULT_STORE})")

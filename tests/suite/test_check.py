@@ -1,0 +1,136 @@
+"""``mpcbench check PLUGIN [SPEC...]``: the generic compressor contract on one plugin, with pytest's output."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "mpcbench-signsgd"
+
+GOOD = '''
+import torch
+from compressors import Compressor, check_finite, register
+
+
+@register("halfway")
+class Halfway(Compressor):
+    """fp16 on the wire."""
+
+    def compress(self, x, info):
+        check_finite(x, info, self.name)
+        return (x.detach().to(torch.float16),)
+
+    def decompress(self, payload, info):
+        return payload[0].to(info.dtype)
+'''
+
+# Each breaks one clause of the contract that the old generic tests did not check.
+BROKEN = '''
+import torch
+from compressors import Compressor, check_finite, register
+
+
+@register("leaky")
+class Leaky(Compressor):
+    """Keeps the previous input in a class attribute: every instance shares it."""
+
+    last = {}
+
+    def compress(self, x, info):
+        check_finite(x, info, self.name)
+        prev = Leaky.last.get(tuple(x.shape), torch.zeros_like(x))
+        Leaky.last[tuple(x.shape)] = x.detach().clone()
+        return ((x.detach() - 0.01 * prev).to(torch.float16),)
+
+    def decompress(self, payload, info):
+        return payload[0].to(info.dtype)
+
+
+@register("noisy")
+class Noisy(Compressor):
+    """Dithers with the global RNG instead of a generator seeded from info.seed."""
+
+    def compress(self, x, info):
+        check_finite(x, info, self.name)
+        return ((x.detach() + 1e-3 * torch.rand_like(x)).to(torch.float16),)
+
+    def decompress(self, payload, info):
+        return payload[0].to(info.dtype)
+
+
+@register("evalstep")
+class EvalStep(Compressor):
+    """Counts calls, evaluation passes included, and scales by the count."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def compress(self, x, info):
+        check_finite(x, info, self.name)
+        self.calls += 1
+        return ((x.detach() * (1 + 1e-3 * self.calls)).to(torch.float16),)
+
+    def decompress(self, payload, info):
+        return payload[0].to(info.dtype)
+'''
+
+
+def _check(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-m", "suite", "check", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+
+
+def test_check_passes_the_example_plugin_folder_and_a_file_plugin(tmp_path):
+    (tmp_path / "halfway.py").write_text(GOOD)
+    r = _check(str(EXAMPLE), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    assert "contract.py::test_roundtrip_keeps_shape_dtype_device_and_error_bound[signsgd-weight_grad-cpu] PASSED" in r.stdout
+    assert "failed" not in r.stdout.splitlines()[-1]
+    r = _check("halfway.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    assert "test_instances_share_no_state[halfway] PASSED" in r.stdout
+    assert "signsgd" not in r.stdout  # only the plugin's compressors
+
+
+def test_check_fails_a_broken_plugin_naming_each_broken_clause(tmp_path):
+    (tmp_path / "broken.py").write_text(BROKEN)
+    r = _check("broken.py", cwd=tmp_path)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr
+    failed = {ln.split(" - ")[0] for ln in r.stdout.splitlines() if ln.startswith("FAILED ")}
+    assert any("test_instances_share_no_state[leaky]" in f for f in failed), failed
+    assert any("test_same_seed_gives_same_payload[noisy]" in f for f in failed), failed
+    assert any("test_evaluation_leaves_state_alone[evalstep]" in f for f in failed), failed
+    assert "leaky: step 0 beside another instance pair: payload tensor 0 differs" in r.stdout
+
+
+def test_check_one_spec_and_a_plugin_that_does_not_import(tmp_path):
+    (tmp_path / "broken.py").write_text(BROKEN)
+    r = _check("broken.py", "noisy", "--pytest=-k", "--pytest=same_seed", cwd=tmp_path)
+    assert r.returncode == 1 and "test_same_seed_gives_same_payload[noisy] FAILED" in r.stdout, r.stdout[-3000:]
+    assert "leaky" not in r.stdout
+
+    (tmp_path / "typo.py").write_text("from compressors import register\n\ndef oops(:\n    pass\n")
+    r = _check("typo.py", cwd=tmp_path)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [
+        f"mpcbench: error: plugin {str(tmp_path / 'typo.py')!r} failed to import: SyntaxError: invalid syntax "
+        "(typo.py, line 3)"
+    ]
+
+
+@pytest.mark.parametrize("runner", [["pytest"], [sys.executable, "-m", "pytest"]], ids=["pytest", "python -m pytest"])
+def test_generic_tests_run_on_a_file_plugin_with_plain_pytest(tmp_path, runner):
+    """``pytest tests/compressors/test_roundtrip.py --plugin FILE`` from the checkout (plain ``pytest`` too)."""
+    (tmp_path / "halfway.py").write_text(GOOD)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # as a fresh shell: only the ini's pythonpath
+    r = subprocess.run([*runner, "tests/compressors/test_roundtrip.py", "-p", "no:cacheprovider", "-q",
+                        "--plugin", str(tmp_path / "halfway.py"), "-k", "halfway or lists_the_builtins"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    assert "passed" in r.stdout.splitlines()[-1] and "error" not in r.stdout.splitlines()[-1]
