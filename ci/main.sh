@@ -11,9 +11,8 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-PY="${PYTHON:-python}"
 bash ci/setup.sh || exit 1
-source ci/env.sh
+source ci/env.sh  # PY: the project .venv (or $PYTHON / the active environment); the data directory
 
 TIER="${MPCBENCH_TIER:-quick}"
 STORE="${MPCBENCH_RESULTS:-results/store.jsonl}"

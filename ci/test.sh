@@ -8,9 +8,8 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-PY="${PYTHON:-python}"
 bash ci/setup.sh || exit 1
-source ci/env.sh
+source ci/env.sh  # PY: the project .venv (or $PYTHON / the active environment); the data directory
 
 # headless Chromium for the leaderboard's browser test; without it that test skips
 if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
