@@ -37,7 +37,7 @@ fi
 PIP=("$PY" -m pip --disable-pip-version-check --no-input)
 
 # What is missing, in one interpreter start: "torch", "mpcbench", "example" (one per line).
-missing="$("$PY" - "$ROOT" <<'PYEOF'
+missing="$("$PY" -I - "$ROOT" <<'PYEOF'  # -I: not the checkout's own *.egg-info
 import importlib.metadata as md, importlib.util as iu, json, sys
 from pathlib import Path
 
