@@ -120,6 +120,7 @@ def plugin_compressors(target: str) -> list[str]:
     """
     from compressors import registry
 
+    compressors.available()  # built-ins and entry points first: they are not this plugin's
     before = dict(registry._REGISTRY)
     load_plugin(target)
     names = {n for n, c in registry._REGISTRY.items() if before.get(n) is not c}
@@ -164,8 +165,9 @@ _CASES_KEY = pytest.StashKey[Any]()
 def _session_cases(config: pytest.Config) -> list[Case]:
     """Cases for this pytest session, from ``--compressor`` / ``--plugin`` (planned once)."""
     if _CASES_KEY not in config.stash:
-        specs = list(getattr(config.option, "mpcbench_compressors", None) or [])
-        plugins = list(getattr(config.option, "mpcbench_plugins", None) or [])
+        # the options of suite.bench.options (pytest dests ``mpcbench_<flag>``), read loosely: no import of suite
+        specs = list(getattr(config.option, "mpcbench_compressor", None) or [])
+        plugins = list(getattr(config.option, "mpcbench_plugin", None) or [])
         try:
             config.stash[_CASES_KEY] = contract_cases(specs, plugins)
         except CompressorError as e:
