@@ -14,14 +14,39 @@ Both wrap ANY compressor given as a nested spec, e.g. ``ef(topk(ratio=0.1))`` or
   estimate ``g``; the sender sends ``c = C(x - g)``, both update ``g += D(c)`` and the output
   is ``g``. The sender recomputes ``D(c)`` from its own payload, so no extra traffic.
 
-State keying. Every state is keyed by ``info.microbatch``: for weight gradients that is 0
-(one state per DDP bucket instance); for activations and activation gradients the tensor of
-micro-batch ``m`` holds different samples every step, so the residual / estimate of
-micro-batch ``m`` is carried to micro-batch ``m`` of the next step (the usual way EF is
-applied to pipeline boundaries; for per-sample memory see ``aqsgd``). A state whose shape
-no longer matches (e.g. a smaller last micro-batch) is dropped and restarted from zero.
+State keying (``memory``). Weight gradients keep one state per DDP bucket instance.
+Activations and activation gradients can keep it two ways:
 
-Evaluation (``info.training`` False) sends plain ``C(x)`` on both sides and touches no state.
+- ``memory=sample``: one residual / estimate per training sample, keyed by
+  ``info.sample_ids`` (as AQ-SGD keeps its buffers, Wang et al. 2022), stored in a sparse
+  memory-mapped file like AQ-SGD's (``aqsgd.RowStore``, fp32 rows). A sample's residual
+  comes back when that sample is visited again, so every input is corrected only with
+  what was dropped from *itself*.
+- ``memory=microbatch``: one state per micro-batch index: the residual of micro-batch
+  ``m`` is added to micro-batch ``m`` of the next step, which holds other samples. This is
+  the reference code's form (one buffer of the batch's shape per boundary and direction;
+  Rudakov et al. 2023, "Activations and Gradients Compression for Model-Parallel Training",
+  arXiv:2401.07788, whose published EF runs error-feed the backward gradients only: its
+  forward residual code is commented out).
+- ``memory=auto`` (default): ``sample`` for activations, ``microbatch`` for activation
+  gradients. Why: with micro-batch memory the forward pass feeds each sample leftovers of
+  other samples' activations, so training sees inputs evaluation never sees (and BatchNorm
+  learns its running statistics on them); ``ef(topk(ratio=0.1))`` then trained the
+  CIFAR-10 ResNet to chance accuracy on every seed (docs/tasks.md). A gradient residual,
+  in contrast, only has to reach the weights eventually: carrying it to the next
+  micro-batch returns it one step later, while per-sample memory would return it only at
+  the sample's next visit (an epoch later). Calls without ``sample_ids`` fall back to
+  ``microbatch``.
+
+A state whose shape no longer matches (e.g. a smaller last micro-batch) is dropped and
+restarted from zero; per-sample memory restarts when the per-sample shape changes.
+Per-sample memory costs one fp32 row per training sample per (boundary, role, side) on
+disk (sparse; in the page cache while used): plan for it on the full data sets.
+
+Evaluation (``info.training`` False) sends plain ``C(x)`` on both sides and touches no state:
+evaluation samples have no memory, so the compressed evaluation measures the inner
+compressor on a model trained with feedback (the uncompressed evaluation, also recorded,
+measures the model alone).
 
 How the sender knows ``D(C(y))``: the wrapper keeps a *mirror* copy of the inner compressor
 (a deepcopy taken at construction, before any state exists) on which the sender calls
@@ -40,23 +65,33 @@ runtime's average equals ``g + mean_j D(c_j)``, EF21's master update; the sum of
 from __future__ import annotations
 
 import copy
+import tempfile
+import uuid
+import weakref
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..api import Compressor, CompressorError, Payload, TensorInfo
-from ..registry import register
+from ..api import Compressor, CompressorError, Payload, TensorInfo, TensorRole
+from ..registry import check_choice, register
 from ._common import require_finite
+from .aqsgd import RowStore, cache_dir
 
-__all__ = ["ErrorFeedback", "EF21"]
+__all__ = ["ErrorFeedback", "EF21", "MEMORIES", "SampleMemory"]
+
+MEMORIES = ("auto", "sample", "microbatch")
 
 
 class _Wrapper(Compressor):
     """Shared plumbing: validate and hold the inner compressor and its mirror."""
 
-    def __init__(self, inner: Compressor) -> None:
+    def __init__(self, inner: Compressor, memory: str = "auto") -> None:
+        self.memory = check_choice(type(self).name, "memory", memory, MEMORIES)
+        self._rows = SampleMemory()  # per-sample states (memory=sample / auto for activations)
         if not isinstance(inner, Compressor):
             raise CompressorError(
                 f"{type(self).__name__}: parameter inner must be a compressor spec such as topk(ratio=0.1), "
@@ -94,16 +129,91 @@ class _Wrapper(Compressor):
     def reset(self) -> None:
         for states in self._state_dicts():
             states.clear()
+        self._rows.reset()
         self.inner.reset()
         self._mirror.reset()
 
     def state_nbytes(self) -> int:
-        own = sum(st.nbytes() for states in self._state_dicts() for st in states.values())
+        own = sum(st.nbytes() for states in self._state_dicts() for st in states.values()) + self._rows.nbytes()
         return own + self.inner.state_nbytes() + self._mirror.state_nbytes()
+
+    def _per_sample(self, info: TensorInfo) -> bool:
+        """Whether this call keeps its state per sample id (see ``memory`` in the module docstring)."""
+        if not info.training or info.sample_ids is None or info.role == TensorRole.WEIGHT_GRAD:
+            return False
+        if self.memory == "auto":
+            return info.role == TensorRole.ACTIVATION
+        return self.memory == "sample"
 
     def _state_dicts(self) -> list[dict]:
         """The per-key state dicts this wrapper keeps (moved, cleared and counted above)."""
         raise NotImplementedError
+
+
+class SampleMemory:
+    """fp32 rows keyed by sample id (one per training sample), in a sparse memory-mapped
+    file under ``aqsgd.cache_dir()`` that is deleted on ``reset()`` or garbage collection."""
+
+    def __init__(self) -> None:
+        self._dir: str | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._store: RowStore | None = None
+
+    def _for(self, row_shape: tuple[int, ...], max_id: int) -> RowStore:
+        if self._store is not None and self._store.row_shape != row_shape:
+            self.reset()  # per-sample shape changed: every sample starts from zero again
+        if self._store is None:
+            if self._dir is None:
+                self._dir = tempfile.mkdtemp(prefix="mpcbench-ef-", dir=cache_dir())
+                self._finalizer = weakref.finalize(self, _remove_dir, self._dir)
+            path = Path(self._dir) / f"rows-{uuid.uuid4().hex[:8]}.fp32"
+            self._store = RowStore(path, row_shape, np.float32)
+        self._store.ensure(max_id)
+        return self._store
+
+    @staticmethod
+    def ids(info: TensorInfo, batch: int, owner: str) -> np.ndarray:
+        """``info.sample_ids`` as (B,) int64 numpy, checked against the batch size."""
+        ids = info.sample_ids
+        assert ids is not None
+        if ids.dim() != 1 or ids.numel() != batch:
+            raise CompressorError(
+                f"{owner}: info.sample_ids has shape {tuple(ids.shape)} but the {info.role.value} at boundary "
+                f"{info.boundary} has batch size {batch}; expected one id per sample (or use memory=microbatch)"
+            )
+        out = ids.detach().cpu().numpy().astype(np.int64, copy=False)
+        if out.size and out.min() < 0:
+            raise CompressorError(f"{owner}: negative sample id {int(out.min())} at boundary {info.boundary}")
+        return out
+
+    def read(self, ids: np.ndarray, like: Tensor) -> Tensor:
+        """(B, *like.shape[1:]) fp32 rows of ``ids`` on ``like``'s device (zeros for unseen ids)."""
+        store = self._for(tuple(like.shape[1:]), int(ids.max()) if ids.size else 0)
+        rows = torch.from_numpy(store.read(ids)) if ids.size else torch.zeros(0, store.row_numel)
+        return rows.to(device=like.device, dtype=torch.float32).reshape(like.shape)
+
+    def write(self, ids: np.ndarray, rows: Tensor) -> None:
+        if ids.size:
+            store = self._for(tuple(rows.shape[1:]), int(ids.max()))
+            store.write(ids, rows.detach().float().reshape(ids.size, -1).cpu().numpy())
+
+    def nbytes(self) -> int:
+        return 0 if self._store is None else self._store.nbytes()
+
+    def reset(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        if self._finalizer is not None:
+            self._finalizer()
+            self._finalizer = None
+        self._dir = None
+
+
+def _remove_dir(path: str) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @dataclass
@@ -123,17 +233,19 @@ class ErrorFeedback(_Wrapper):
 
     Parameters:
         inner: the compressor to wrap, as a nested spec: ``ef(topk(ratio=0.1))``.
+        memory: auto (per sample for activations, per micro-batch for activation
+            gradients), sample or microbatch; see the module docstring.
     """
 
-    def __new__(cls, inner: Compressor | None = None) -> "ErrorFeedback":
+    def __new__(cls, inner: Compressor | None = None, memory: str = "auto") -> "ErrorFeedback":
         # The runtime picks the data-parallel path from whether the *class* overrides reduce,
         # so only wrappers of a compressor with its own reduce (PowerSGD) get one.
         if cls is ErrorFeedback and isinstance(inner, Compressor) and _has_reduce(inner):
             cls = _ErrorFeedbackReduce
         return super().__new__(cls)
 
-    def __init__(self, inner: Compressor) -> None:
-        super().__init__(inner)
+    def __init__(self, inner: Compressor, memory: str = "auto") -> None:
+        super().__init__(inner, memory)
         self.linear = inner.linear  # type: ignore[misc]  # decompress is the inner one
         self._residuals: dict[int, _Residual] = {}
 
@@ -151,12 +263,19 @@ class ErrorFeedback(_Wrapper):
         x = x.detach()
         if not info.training:
             return self.inner.compress(x, info)
-        e = self._residual(x, info)
-        y = x.float() if e is None else x.float() + e  # fp32 so the residual keeps small values
+        if self._per_sample(info):
+            ids = SampleMemory.ids(info, x.shape[0], self._label())
+            y = x.float() + self._rows.read(ids, x)  # (B, ...) fp32: unseen samples add zeros
+        else:
+            e = self._residual(x, info)
+            y = x.float() if e is None else x.float() + e  # fp32 so the residual keeps small values
         payload = self.inner.compress(y.to(x.dtype), info)
         # e_new = (x + e) - D(C(x + e)); the cast of y to x.dtype is part of the error too.
         decoded = self._mirror.decompress(tuple(t.detach() for t in payload), info)
-        self._residuals[info.microbatch] = _Residual(y - decoded.detach().float())
+        if self._per_sample(info):
+            self._rows.write(ids, y - decoded.detach().float())
+        else:
+            self._residuals[info.microbatch] = _Residual(y - decoded.detach().float())
         return payload
 
     def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:
@@ -209,14 +328,21 @@ class _Estimate:
 class EF21(_Wrapper):
     """EF21 (Richtárik et al. 2021): both sides keep g; send c = C(x - g); g += D(c); output g.
 
+    With per-sample memory (the default for activations) g is the receiver's last
+    reconstruction of the same sample, as in AQ-SGD with C in place of quantization; a
+    sample's first visit sends C(x).
+
     Parameters:
         inner: the compressor to wrap, as a nested spec: ``ef21(topk(ratio=0.1))``.
+        memory: auto (per sample for activations, per micro-batch for activation
+            gradients), sample or microbatch; see the module docstring.
     """
 
     linear = False  # the output carries the running estimate g: not a sum of payloads
 
-    def __init__(self, inner: Compressor) -> None:
-        super().__init__(inner)
+    def __init__(self, inner: Compressor, memory: str = "auto") -> None:
+        super().__init__(inner, memory)
+        self._rows_received = SampleMemory()  # receiver side of per-sample estimates
         # Sender and receiver estimates are kept apart: the data-parallel hook uses ONE
         # instance per bucket to compress its own gradient (g_i) and decode every replica's
         # payload (the master estimate g).
@@ -225,6 +351,13 @@ class EF21(_Wrapper):
 
     def _state_dicts(self) -> list[dict]:
         return [self._sent, self._received]
+
+    def reset(self) -> None:
+        super().reset()
+        self._rows_received.reset()
+
+    def state_nbytes(self) -> int:
+        return super().state_nbytes() + self._rows_received.nbytes()
 
     @staticmethod
     def _estimate(states: dict[int, _Estimate], shape: torch.Size, device: torch.device, key: int) -> _Estimate:
@@ -253,6 +386,13 @@ class EF21(_Wrapper):
         x = x.detach()
         if not info.training:
             return self.inner.compress(x, info)
+        if self._per_sample(info):
+            ids = SampleMemory.ids(info, x.shape[0], self._label())
+            g = self._rows.read(ids, x)  # (B, ...) fp32, zeros on a first visit
+            payload = self.inner.compress((x.float() - g).to(x.dtype), info)
+            decoded = self._mirror.decompress(tuple(t.detach() for t in payload), info)
+            self._rows.write(ids, g + decoded.detach().float())  # what the receiver reconstructs
+            return payload
         st = self._estimate(self._sent, x.shape, x.device, info.microbatch)
         payload = self.inner.compress((x.float() - st.g).to(x.dtype), info)
         decoded = self._mirror.decompress(tuple(t.detach() for t in payload), info)
@@ -263,6 +403,11 @@ class EF21(_Wrapper):
         decoded = self.inner.decompress(payload, info).detach().float()
         if not info.training:
             return decoded.to(info.dtype)
+        if self._per_sample(info):
+            ids = SampleMemory.ids(info, decoded.shape[0], self._label())
+            out = self._rows_received.read(ids, decoded) + decoded
+            self._rows_received.write(ids, out)
+            return out.to(info.dtype)
         st = self._estimate(self._received, decoded.shape, decoded.device, info.microbatch)
         if st.step != info.step:
             st.fold()  # a new step: the previous step's payloads have all been seen

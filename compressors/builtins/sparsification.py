@@ -44,13 +44,13 @@ import torch
 from torch import Tensor
 
 from ..api import Compressor, CompressorError, Payload, TensorInfo
-from ..registry import check_range, register
+from ..registry import check_choice, check_range, register
 from ._common import counter_key, device_generator, hash32, hash32_numpy, require_finite
 from ._fast import abs_ge, fused, nonzero_1d
 from .bitpack import pack, pack_wide, packed_nbytes, unpack, unpack_wide
 
 __all__ = [
-    "TopK", "RandomK", "Threshold", "topk_positions", "stratum_positions", "encode_positions", "decode_into",
+    "TopK", "RandomK", "Threshold", "topk_positions", "rowwise_topk_mask", "GRANULARITIES", "stratum_positions", "encode_positions", "decode_into",
     "BITMAP", "DELTA",
 ]  # fmt: skip
 
@@ -162,35 +162,69 @@ def _sparse_payload(flat: Tensor, pos: Tensor) -> Payload:
     return flat.index_select(0, pos), index, tag
 
 
+def rowwise_topk_mask(rows: Tensor, k: int) -> Tensor:
+    """Bool mask (R, S) of exactly the ``k`` largest ``|rows[r]|`` of every row (1 <= k <= S).
+
+    Vectorized over rows: one ``kthvalue`` along dim 1 gives each row's k-th largest
+    magnitude; ties at it keep the lowest positions of the row (the same rule as
+    :func:`topk_positions`).
+    """
+    mag = rows.abs()
+    thr = mag.kthvalue(rows.shape[1] - k + 1, dim=1, keepdim=True).values  # (R, 1): k-th largest
+    gt, eq = mag > thr, mag == thr
+    room = k - gt.sum(dim=1, keepdim=True)  # (R, 1) tie slots left in each row
+    return gt | (eq & (eq.cumsum(dim=1) <= room))
+
+
+GRANULARITIES = ("tensor", "sample", "token")
+
+
 @register("topk")
 class TopK(Compressor):
     """TopK (Aji & Heafield 2017; Stich et al. 2018): keep the ``ratio`` largest |x|.
 
-    ``per_sample=false``: the top ``ceil(ratio * numel)`` of the whole tensor.
-    ``per_sample=true``: the top ``ceil(ratio * numel / B)`` of each sample ``x[b]`` (every
-    sample keeps the same budget; rank <= 1 tensors are one sample). Exactly that many
-    values are kept; ties at the k-th largest magnitude keep the lowest positions (see
-    :func:`topk_positions`). Values are sent in the input dtype with the cheapest index
-    encoding (module docstring). Biased: wrap it in ``ef(...)`` for gradients.
+    ``granularity`` says over what the budget is taken:
+
+    * ``sample`` (default): the top ``ceil(ratio * numel / B)`` of each sample ``x[b]``, so
+      every sample keeps the same budget. This is the activation-compression study's TopK
+      (Rudakov et al. 2023, "Activations and Gradients Compression for Model-Parallel
+      Training", reference code ``compress_topk``: ``kthvalue`` over each flattened sample).
+      Rank <= 1 tensors (data-parallel gradient buckets) are one sample, so for weight
+      gradients it is the classic whole-tensor TopK.
+    * ``tensor``: the top ``ceil(ratio * numel)`` of the whole (micro-batch) tensor, as in
+      gradient sparsification (Aji & Heafield 2017): samples with large activations take
+      most of the budget and others may keep almost nothing.
+    * ``token``: the top ``ceil(ratio * d)`` of every vector along the last dimension
+      (each token's d features of a (B, T, d) residual stream; each row of an image plane
+      for (B, C, H, W), which is rarely what you want). Rank <= 1: one vector.
+
+    Exactly that many values are kept per group; ties at the k-th largest magnitude keep
+    the lowest positions (see :func:`topk_positions`). Values are sent in the input dtype
+    with the cheapest index encoding (module docstring); the payload format does not depend
+    on the granularity. Biased: wrap it in ``ef(...)`` for gradients.
     """
 
-    def __init__(self, ratio: float = 0.1, per_sample: bool = False):
+    def __init__(self, ratio: float = 0.1, granularity: str = "sample"):
         self.ratio = check_range("topk", "ratio", ratio, 1e-6, 1.0)
-        if not isinstance(per_sample, bool):
-            raise CompressorError(f"topk: parameter per_sample={per_sample!r} must be true or false")
-        self.per_sample = per_sample
+        self.granularity = check_choice("topk", "granularity", granularity, GRANULARITIES)
+
+    def _rows(self, x: Tensor) -> int:
+        """How many groups ``x`` is split into (1 = the whole tensor)."""
+        if x.dim() < 2 or self.granularity == "tensor":
+            return 1
+        return x.shape[0] if self.granularity == "sample" else x.numel() // x.shape[-1]
 
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:
         require_finite(x, info, self.name, summary=x.detach().sum())  # NaN/Inf propagate to the sum
         flat = x.detach().reshape(-1)
         n = flat.numel()
-        gen = device_generator(info, x.device, _SALT_TOPK_SAMPLE) if n else None
-        if self.per_sample and x.dim() >= 2 and n:
-            rows = flat.view(x.shape[0], -1)  # (B, n/B)
-            k = _count(self.ratio, rows.shape[1])
-            offsets = range(0, n, rows.shape[1])
-            pos = torch.cat([topk_positions(r, k, gen) + o for r, o in zip(rows, offsets)])
+        rows = self._rows(x) if n else 1
+        if rows > 1:
+            grouped = flat.view(rows, -1)  # (groups, n / groups)
+            keep = rowwise_topk_mask(grouped, _count(self.ratio, grouped.shape[1]))
+            pos = nonzero_1d(keep.reshape(-1))
         else:
+            gen = device_generator(info, x.device, _SALT_TOPK_SAMPLE) if n else None
             pos = topk_positions(flat, _count(self.ratio, n), gen)
         return _sparse_payload(flat, pos)
 

@@ -141,3 +141,87 @@ def test_ef_delegates_custom_reduce_with_residual_against_the_result():
     # the runtime picks its data-parallel path from the class: only wrappers of a custom reduce have one
     assert type(ef).reduce is not Compressor.reduce
     assert type(build(f"ef({INNER})")).reduce is Compressor.reduce
+
+
+# --------------------------------------------------------------------------- per-sample memory
+def _act(x: torch.Tensor, ids: list[int], step: int, role: TensorRole = TensorRole.ACTIVATION,
+         microbatch: int = 0, training: bool = True) -> TensorInfo:
+    return TensorInfo(role, 0, microbatch, step, x.shape, x.dtype, x.device, seed=step,
+                      sample_ids=torch.tensor(ids), training=training)
+
+
+def _epochs(n_samples: int, batch: int, epochs: int, seed: int = 0) -> list[list[int]]:
+    """Micro-batches of sample ids, reshuffled every epoch (as the tasks draw them)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(epochs):
+        perm = torch.randperm(n_samples, generator=g).tolist()
+        out += [perm[i : i + batch] for i in range(0, n_samples, batch)]
+    return out
+
+
+def test_ef_per_sample_memory_corrects_each_sample_with_its_own_residual():
+    """Activations (memory=auto): the residual of sample i returns at sample i's next visit,
+    whichever micro-batch it lands in, so per sample the outputs telescope to the inputs."""
+    torch.manual_seed(3)
+    send, recv = _link(f"ef({INNER})")
+    data = torch.randn(12, 5, 7) + 0.3  # the same activation every visit (a frozen model)
+    sum_in, sum_out = torch.zeros(12, 5, 7, dtype=torch.float64), torch.zeros(12, 5, 7, dtype=torch.float64)
+    for step, ids in enumerate(_epochs(12, 4, epochs=6)):
+        x = data[ids]
+        info = _act(x, ids, step, microbatch=step % 3)
+        sum_in[ids] += x.double()
+        sum_out[ids] += recv.decompress(send.compress(x, info), info).double()
+    assert send._residuals == {}  # nothing kept per micro-batch
+    held = send._rows.read(torch.arange(12).numpy(), data).double()
+    torch.testing.assert_close(sum_in - sum_out, held, atol=1e-4, rtol=0)  # per sample, exactly what is held back
+    assert send.state_nbytes() >= 12 * 5 * 7 * 4
+    send.reset()
+    assert send.state_nbytes() == 0
+
+
+def test_ef_memory_choices_key_the_state_as_documented():
+    x = torch.randn(4, 6)
+    auto, micro = build(f"ef({INNER})"), build(f"ef({INNER}, memory=microbatch)")
+    auto.compress(x, _act(x, [0, 1, 2, 3], 0, role=TensorRole.ACTIVATION_GRAD))  # gradients: per micro-batch
+    assert set(auto._residuals) == {0} and auto._rows.nbytes() == 0
+    micro.compress(x, _act(x, [0, 1, 2, 3], 0))
+    assert set(micro._residuals) == {0} and micro._rows.nbytes() == 0
+    sample = build(f"ef({INNER}, memory=sample)")
+    sample.compress(x, _act(x, [0, 1, 2, 3], 0, role=TensorRole.ACTIVATION_GRAD))
+    assert sample._residuals == {} and sample._rows.nbytes() > 0
+    with pytest.raises(CompressorError, match="memory='tensor' is not allowed; allowed values: auto, sample, microbatch"):
+        build(f"ef({INNER}, memory=tensor)")
+    with pytest.raises(CompressorError, match="one id per sample"):
+        sample.compress(x, _act(x, [0, 1], 1))
+
+
+def test_ef_per_sample_eval_pass_touches_no_memory():
+    send, plain = build(f"ef({INNER})"), build(INNER)
+    x = torch.randn(4, 6)
+    send.compress(x, _act(x, [0, 1, 2, 3], 0))
+    before = send._rows.read(torch.arange(4).numpy(), x).clone()
+    z = torch.randn(4, 6)
+    p = send.compress(z, _act(z, [0, 1, 2, 3], -1, training=False))
+    assert all(torch.equal(a, b) for a, b in zip(p, plain.compress(z, _act(z, [0, 1, 2, 3], -1, training=False))))
+    assert torch.equal(send._rows.read(torch.arange(4).numpy(), x), before)
+
+
+def test_ef21_per_sample_estimates_agree_and_track_each_sample():
+    """Per-sample EF21 on activations: a first visit decodes to C(x); later visits refine the
+    sample's own estimate; sender and receiver rows stay bit-identical."""
+    torch.manual_seed(4)
+    send, recv = _link(f"ef21({INNER})")
+    data = torch.randn(8, 3, 5)
+    for step, ids in enumerate(_epochs(8, 4, epochs=8)):
+        x = data[ids] + 0.01 * torch.randn(4, 3, 5)
+        info = _act(x, ids, step, microbatch=step % 2)
+        out = recv.decompress(send.compress(x, info), info)
+        if step == 0:
+            plain = build(INNER)
+            torch.testing.assert_close(out, plain.decompress(plain.compress(x, info), info))
+        all_ids = torch.arange(8).numpy()
+        assert torch.equal(send._rows.read(all_ids, data), recv._rows_received.read(all_ids, data))
+    est = recv._rows_received.read(torch.arange(8).numpy(), data)
+    assert float((est - data).norm() / data.norm()) < 0.05
+    assert send._sent == {} and recv._received == {}

@@ -65,7 +65,7 @@ def test_topk_result_does_not_depend_on_the_sample_seed():
 def test_topk_compressor_per_sample_uses_the_same_selection():
     x = torch.tensor([[3.0, -3.0, 1.0, 3.0], [0.0, 0.0, 0.0, 0.0], [1.0, 2.0, -2.0, 2.0]])
     info = TensorInfo(TensorRole.ACTIVATION, 0, 0, 0, x.shape, x.dtype, x.device, seed=1)
-    c = TopK(ratio=0.5, per_sample=True)
+    c = TopK(ratio=0.5, granularity="sample")
     y = c.decompress(c.compress(x, info), info)
     expected = torch.tensor([[3.0, -3.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0, 2.0, -2.0, 0.0]])
     assert torch.equal(y, expected)
@@ -185,7 +185,7 @@ def test_compiled_twins_equal_eager_on_cuda():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("spec", ["quant", "quant(bits=4)", "quant(scale=block)", "fp8", "topk", "topk(per_sample=true)"])
+@pytest.mark.parametrize("spec", ["quant", "quant(bits=4)", "quant(scale=block)", "fp8", "topk", "topk(granularity=tensor)"])
 def test_cuda_fast_paths_decode_like_cpu(spec):
     """Payloads made on CUDA (compiled twins on) decode to what CPU eager makes, within fp32 rounding."""
     x = _randn(8 * 64 * 256, seed=9).view(8, 64, 256)

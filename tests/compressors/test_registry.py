@@ -136,7 +136,8 @@ def test_parse_errors_name_the_text(text, fragment):
         ("qsgd(bucket=1)", "qsgd: parameter bucket=1 is not allowed"),
         ("topk(ratio=0)", "topk: parameter ratio=0 must be a number"),
         ("topk(ratio=1.5)", "topk: parameter ratio=1.5 must be a number"),
-        ("topk(per_sample=3)", "topk: parameter per_sample=3 must be true or false"),
+        ("randomk(unbiased=3)", "randomk: parameter unbiased=3 must be true or false"),
+        ("topk(granularity=row)", "topk: parameter granularity='row' is not allowed; allowed values: tensor, sample, token"),
         ("randomk(ratio=-0.1)", "randomk: parameter ratio=-0.1"),
         ("threshold(sample=2)", "threshold: parameter sample=2"),
         ("powersgd(rank=0)", "powersgd: parameter rank=0 must be an integer"),
@@ -181,7 +182,7 @@ def test_nested_wrappers_build_their_inner_compressor(sandbox):
 
 def test_canonical_spec_normalizes_and_validates():
     assert compressors.canonical_spec(" quant( bits = 4 ,scale=row ) ") == "quant(bits=4, scale=row)"
-    assert compressors.canonical_spec("topk(per_sample=True)") == "topk(per_sample=true)"
+    assert compressors.canonical_spec("randomk(unbiased=True)") == "randomk(unbiased=true)"
     assert compressors.canonical_spec("ef(topk( ratio=0.1 ))") == "ef(topk(ratio=0.1))"
     with pytest.raises(CompressorError):
         compressors.canonical_spec("quant(bits=9)")

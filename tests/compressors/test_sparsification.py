@@ -84,8 +84,8 @@ def test_both_encodings_are_reachable():
 # --------------------------------------------------------------------------- topk
 def test_topk_keeps_exactly_the_largest():
     x = _randn(4, 8, 25)
-    c = TopK(ratio=0.1)
-    p, y = _rt(c, x, receiver=TopK(ratio=0.1))
+    c = TopK(ratio=0.1, granularity="tensor")
+    p, y = _rt(c, x, receiver=TopK(ratio=0.1, granularity="tensor"))
     k = math.ceil(0.1 * x.numel())
     assert p[0].numel() == k
     top = x.abs().flatten().topk(k).indices
@@ -97,20 +97,40 @@ def test_topk_keeps_exactly_the_largest():
 def test_topk_per_sample_gives_every_sample_its_budget():
     x = _randn(6, 40)
     x[0] *= 100  # whole-tensor topk would spend the budget on sample 0
-    _, y = _rt(TopK(ratio=0.1, per_sample=True), x)
+    _, y = _rt(TopK(ratio=0.1), x)  # granularity=sample is the default
     assert ((y != 0).sum(1) == 4).all()
-    _, y_global = _rt(TopK(ratio=0.1), x)
+    _, y_global = _rt(TopK(ratio=0.1, granularity="tensor"), x)
     assert int((y_global[0] != 0).sum()) == 24
     for b in range(6):
         top = x[b].abs().topk(4).indices
         assert torch.equal(y[b, top], x[b, top])
 
 
+def test_topk_per_token_keeps_the_budget_of_every_token_with_lowest_position_ties():
+    x = _randn(3, 5, 20)
+    x[0, 0] *= 100  # a loud token: per-sample topk would spend sample 0's budget on it
+    _, y = _rt(TopK(ratio=0.1, granularity="token"), x)
+    assert ((y != 0).sum(-1) == 2).all()
+    for b in range(3):
+        for t in range(5):
+            top = x[b, t].abs().topk(2).indices
+            assert torch.equal(y[b, t, top], x[b, t, top])
+    ties = torch.tensor([[[1.0, -1.0, 1.0, 1.0], [0.5, 2.0, 0.5, 0.5]]])
+    _, y = _rt(TopK(ratio=0.5, granularity="token"), ties)
+    assert torch.equal(y, torch.tensor([[[1.0, -1.0, 0.0, 0.0], [0.5, 2.0, 0.0, 0.0]]]))
+
+
+def test_topk_granularities_agree_on_a_single_vector():
+    x = _randn(100)  # rank 1 (a gradient bucket): every granularity is the whole tensor
+    ys = [_rt(TopK(ratio=0.1, granularity=g), x)[1] for g in ("tensor", "sample", "token")]
+    assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], ys[2])
+
+
 def test_topk_payload_is_values_plus_cheapest_index_bytes():
     x = _randn(8, 64, 32, 32)
     p, y = _rt(compressors.build("topk"), x)
     values, index, tag = p
-    k = math.ceil(0.1 * x.numel())
+    k = 8 * math.ceil(0.1 * x[0].numel())  # per sample (the default granularity)
     assert values.dtype == torch.float32 and values.numel() == k
     pos = (y.flatten() != 0).nonzero().squeeze(1)
     assert index.numel() == min(math.ceil(x.numel() / 8), _delta_nbytes(pos))

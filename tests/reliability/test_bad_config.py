@@ -56,7 +56,7 @@ CLI_CASES = [
     ("code as a spec", ["--task", "tiny", "--compressor", "__import__('os')"], "unknown compressor '__import__'; valid names:"),
     ("spec syntax", ["--task", "tiny", "--compressor", "topk(ratio=0.1"], "cannot parse compressor spec 'topk(ratio=0.1'"),
     ("spec ** argument", ["--task", "tiny", "--compressor", "topk(**x)"], "spec 'topk(**x)': '**' is not allowed"),
-    ("unknown parameter", ["--task", "tiny", "--compressor", "topk(rati=0.1)"], "topk: unknown parameter 'rati'; valid parameters: ratio, per_sample"),
+    ("unknown parameter", ["--task", "tiny", "--compressor", "topk(rati=0.1)"], "topk: unknown parameter 'rati'; valid parameters: ratio, granularity"),
     ("missing parameter", ["--task", "tiny", "--compressor", "ef"], "ef: missing required parameter(s) inner"),
     ("parameter below range", ["--task", "tiny", "--compressor", "topk(ratio=-0.5)"], "topk: parameter ratio=-0.5 must be a number in [1e-06, 1.0]"),
     ("parameter above range", ["--task", "tiny", "--compressor", "quant(bits=99)"], "quant: parameter bits=99 must be an integer in [1, 8]"),
