@@ -4,6 +4,15 @@
 activation compression in pipeline training, e.g. "GACT" (Liu et al. 2022) and
 "ActNN" (Chen et al. 2021, per-group min-max with stochastic rounding); blockwise scales
 follow Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization".
+The reference variants of the activation-compression study (Rudakov et al. 2023,
+"Activations and Gradients Compression for Model-Parallel Training", arXiv:2401.07788) and
+AQ-SGD's code (Wang et al. 2022) are available by name: ``quant(scale=tensor)`` is the
+study's min-max "quantization_simple" (one min and max for the whole tensor);
+``quant(range=absmax, scale=feature)`` is its "quantization_acsgd" (AQ-SGD's fixpoint
+quantizer: symmetric absmax codes, one scale per feature over the batch, i.e.
+``scale_dims=(0,)`` of the (B, n) flattened activation); ``quant(range=absmax,
+scale=channel)`` is AQ-SGD's GPT setting (``scale_dims=(0, 1)`` of (B, T, d): one scale per
+hidden channel).
 ``qsgd`` is QSGD (Alistarh et al. 2017, "QSGD: Communication-Efficient SGD via Gradient
 Quantization and Encoding"): per-bucket norm, sign and stochastically rounded level.
 """
@@ -23,7 +32,9 @@ from .bitpack import pack, unpack
 
 __all__ = ["Quant", "QSGD"]
 
-_SCALES = ("tensor", "row", "block")
+_SCALES = ("tensor", "row", "block", "sample", "feature", "channel")
+_RANGES = ("minmax", "absmax")
+_TRANSPOSED = ("feature", "channel")  # groups run across the memory layout: codes are stored untransposed
 _ROUNDINGS = ("nearest", "stochastic")
 _SALT_ROUNDING = 0x51  # separates the rounding noise stream from other uses of info.seed
 _TINY = torch.finfo(torch.float32).tiny
@@ -35,13 +46,16 @@ def _empty_like_info(info: TensorInfo) -> Tensor:
 
 @register("quant")
 class Quant(Compressor):
-    """Min-max uniform quantization to 1-8 bits, bit-packed (ActNN, Chen et al. 2021; GACT, Liu et al. 2022).
+    """Uniform quantization to 1-8 bits, bit-packed: min-max (ActNN, Chen et al. 2021; GACT, Liu et al.
+    2022) or absmax (AQ-SGD's fixpoint quantizer, Wang et al. 2022).
 
-    Each group of values (the whole tensor, a row, or a block) is mapped to
-    ``2**bits`` evenly spaced levels between its minimum ``lo`` and maximum ``hi``:
-    ``code = round((x - lo) / step)``, ``step = (hi - lo) / (2**bits - 1)``, decoded as
-    ``lo + code * step``. Asymmetric (not absmax) because post-ReLU/GELU activations are
-    skewed: a symmetric grid would waste half its levels. Rounding ``nearest`` has error at
+    ``range=minmax`` (default): each group of values is mapped to ``2**bits`` evenly spaced
+    levels between its minimum ``lo`` and maximum ``hi``: ``code = round((x - lo) / step)``,
+    ``step = (hi - lo) / (2**bits - 1)``, decoded as ``lo + code * step``. Asymmetric
+    because post-ReLU/GELU activations are skewed: a symmetric grid wastes half its levels.
+    ``range=absmax``: symmetric, ``s = max |x|`` of the group, ``step = s / 2**(bits-1)``,
+    ``lo = -s``: codes ``-2**(bits-1) .. 2**(bits-1) - 1`` around zero (zero is exact; the
+    top code is clipped, so ``+s`` decodes to ``s - step``), as AQ-SGD's ``_compress_nbits``. Rounding ``nearest`` has error at
     most ``step / 2``; ``stochastic`` (noise from ``info.seed``, so reproducible) is
     unbiased with error below ``step``.
 
@@ -52,6 +66,12 @@ class Quant(Compressor):
             per row for rank 2; the whole tensor for rank <= 1 (flat DDP buckets).
         block: one pair per ``block`` consecutive values of the flattened tensor
             (blockwise quantization, Dettmers et al. 2022).
+        sample: one pair per sample ``x[b]``.
+        feature: one pair per position of ``x[0]`` (over the batch dim), AQ-SGD's
+            ``scale_dims=(0,)`` on the flattened (B, n) activation.
+        channel: one pair per index of the last dim (over all other dims): per hidden
+            channel of (B, T, d), AQ-SGD's ``scale_dims=(0, 1)``.
+        Rank <= 1 tensors are one group for row, sample, feature and channel.
     Row and block scales travel as fp16 *relative to* one fp32 per-tensor magnitude
     (``max |x|``), so fp16's range never clips tiny gradients; the sender quantizes against
     the rounded scales, so the receiver reconstructs exactly what the sender computed.
@@ -61,19 +81,28 @@ class Quant(Compressor):
     ``codes`` holds ``ceil(numel * bits / 8)`` bytes (two 4-bit or four 2-bit codes per byte).
     """
 
-    def __init__(self, bits: int = 8, scale: str = "row", block: int = 64, rounding: str = "nearest"):
+    def __init__(self, bits: int = 8, scale: str = "row", block: int = 64, rounding: str = "nearest",
+                 range: str = "minmax"):  # noqa: A002  (the spec parameter's name)
         self.bits = check_range("quant", "bits", bits, 1, 8, integer=True)
         self.scale = check_choice("quant", "scale", scale, _SCALES)
+        self.range = check_choice("quant", "range", range, _RANGES)
         self.block = check_range("quant", "block", block, 2, 1 << 20, integer=True)
         self.rounding = check_choice("quant", "rounding", rounding, _ROUNDINGS)
         self.levels = (1 << self.bits) - 1
 
-    # (numel,) -> (groups, group_size); block mode pads the tail with zeros
+    # (numel,) -> (groups, group_size); block mode pads the tail with zeros; feature / channel
+    # return a transposed (strided) view: group g is a column of the (B, n) or (N, d) layout
     def _groups(self, flat: Tensor, shape: torch.Size) -> Tensor:
-        if self.scale == "tensor":
+        if self.scale == "tensor" or (len(shape) < 2 and self.scale != "block"):
             return flat.view(1, -1)
         if self.scale == "row":
             return flat.view(*matrix_shape(shape))
+        if self.scale == "sample":
+            return flat.view(shape[0], -1)
+        if self.scale == "feature":
+            return flat.view(shape[0], -1).t()  # (n, B)
+        if self.scale == "channel":
+            return flat.view(-1, shape[-1]).t()  # (d, N)
         pad = (-flat.numel()) % self.block
         if pad:
             flat = torch.nn.functional.pad(flat, (0, pad))
@@ -86,7 +115,12 @@ class Quant(Compressor):
         g = self._groups(x.detach().reshape(-1), x.shape)  # (G, S) in x's dtype (no fp32 copy)
         lo, hi = (v.float() for v in row_minmax(g))  # (G,) each, exact; NaN/Inf propagate
         require_finite(x, info, self.name, summary=lo + hi)
-        step = (hi - lo) / self.levels
+        if self.range == "absmax":
+            hi = torch.maximum(lo.abs(), hi.abs())  # s
+            lo = -hi
+            step = hi / (1 << (self.bits - 1))
+        else:
+            step = (hi - lo) / self.levels
         if self.scale == "tensor":
             scales = torch.stack([lo, step], dim=1)  # (1, 2) fp32
             extra: tuple[Tensor, ...] = ()
@@ -105,8 +139,11 @@ class Quant(Compressor):
             gen = device_generator(info, x.device, _SALT_ROUNDING)
             t.add_(torch.rand(t.shape, generator=gen, device=t.device)).floor_()
             codes = t.clamp_(0, self.levels).to(torch.uint8)
-        codes = codes.reshape(-1)[:n]
+        codes = codes.t().reshape(-1) if self._transposed(x.shape) else codes.reshape(-1)[:n]
         return (pack(codes, self.bits), scales.contiguous(), *extra)
+
+    def _transposed(self, shape: torch.Size) -> bool:
+        return self.scale in _TRANSPOSED and len(shape) >= 2
 
     def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:
         n = info.numel
@@ -119,6 +156,8 @@ class Quant(Compressor):
         lo, step = scales.unbind(1)  # (G,) each
         g = self._groups(codes, info.shape)  # (G, S) uint8; block mode zero-pads the tail
         x = dequant(g, lo, step, info.dtype)  # lo + code * step, one fused kernel on CUDA
+        if self._transposed(info.shape):
+            return x.t().reshape(info.shape)
         return x.reshape(-1)[:n].reshape(info.shape)
 
 

@@ -153,8 +153,10 @@ def test_default_spec_ratio_on_an_activation():
 def test_quant_parameter_errors():
     with pytest.raises(CompressorError, match=r"^quant: parameter bits=9 must be an integer in \[1, 8\]$"):
         compressors.build("quant(bits=9)")
-    with pytest.raises(CompressorError, match="allowed values: tensor, row, block"):
-        compressors.build("quant(scale=channel)")
+    with pytest.raises(CompressorError, match="allowed values: tensor, row, block, sample, feature, channel"):
+        compressors.build("quant(scale=column)")
+    with pytest.raises(CompressorError, match="quant: parameter range='max' is not allowed; allowed values: minmax, absmax"):
+        compressors.build("quant(range=max)")
 
 
 # --------------------------------------------------------------------------- qsgd
@@ -193,3 +195,31 @@ def test_qsgd_error_falls_with_levels_and_smaller_buckets():
 def test_qsgd_parameter_errors():
     with pytest.raises(CompressorError, match=r"qsgd: parameter levels=200 must be an integer in \[1, 127\]"):
         compressors.build("qsgd(levels=200)")
+
+
+# --------------------------------------------------------------------------- the reference scopes
+def _qrt(spec: str, x: torch.Tensor) -> torch.Tensor:
+    c = compressors.build(spec)
+    info = TensorInfo(TensorRole.ACTIVATION, 0, 0, 0, x.shape, x.dtype, x.device, seed=0)
+    return c.decompress(c.compress(x, info), info)
+
+
+@pytest.mark.parametrize("scale, dims", [("channel", (0, 1)), ("feature", (0,)), ("sample", (1, 2)), ("tensor", (0, 1, 2))])
+def test_absmax_matches_the_fixpoint_formula_per_scope(scale, dims):
+    """AQ-SGD's fixpoint quantizer: s = amax|x| over ``dims``, code = clip(round(x / s * 2**(b-1)))."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 6, 10)
+    y = _qrt(f"quant(bits=4, range=absmax, scale={scale})", x)
+    flat = x if scale != "feature" else x.reshape(4, -1)
+    s = flat.abs().amax(dims, keepdim=True)
+    ref = ((flat / s * 8).round().clip(-8, 7) / 8 * s).reshape(x.shape)
+    torch.testing.assert_close(y, ref, atol=2e-3 * float(s.max()), rtol=0)  # scales travel as fp16
+    assert float((y == 0).float().sum()) >= float((ref == 0).float().sum()) - 2  # zero stays (almost always) exact
+
+
+def test_minmax_tensor_scope_is_the_studys_simple_quantizer():
+    x = torch.rand(3, 5, 7) * 4 - 1
+    y = _qrt("quant(bits=2, scale=tensor)", x)
+    lo, hi = x.min(), x.max()
+    ref = lo + torch.round((x - lo) / (hi - lo) * 3) / 3 * (hi - lo)
+    torch.testing.assert_close(y, ref, atol=1e-5, rtol=0)
