@@ -61,6 +61,10 @@ def get_task_class(name: str) -> type[Task]:
     return module.TASK
 
 
-def build_task(name: str, tier: str = "smoke", seed: int = 0, data_dir=None, features=frozenset()) -> Task:
-    """Instantiate a task by name."""
-    return get_task_class(name)(tier=tier, seed=seed, data_dir=data_dir, features=frozenset(features))
+def build_task(name: str, tier: str = "smoke", seed: int = 0, data_dir=None, features=frozenset(),
+               feature_options=None) -> Task:
+    """Instantiate a task by name; ``feature_options`` (feature -> options) configure enabled features."""
+    task = get_task_class(name)(tier=tier, seed=seed, data_dir=data_dir, features=frozenset(features))
+    if feature_options:
+        task.set_feature_options(feature_options)
+    return task

@@ -24,6 +24,7 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar, ContextManager, Iterator, Mapping
 
 import torch
@@ -165,6 +166,9 @@ class Task(abc.ABC):
     default_stages: ClassVar[int]
     stage_choices: ClassVar[tuple[int, ...]]
     features: ClassVar[frozenset[str]] = frozenset()  # model features a compressor may require
+    # feature -> options the requiring compressor asked for (e.g. {"residual_subspace": {"ratio": 0.01}});
+    # set by ``set_feature_options`` before the model is built
+    feature_options: Mapping[str, Mapping[str, Any]] = MappingProxyType({})
 
     def __init__(
         self,
@@ -186,6 +190,14 @@ class Task(abc.ABC):
         self.seed = seed
         self.data_dir = Path(data_dir).expanduser() if data_dir else default_data_dir()
         self.enabled_features = frozenset(features)
+
+    def set_feature_options(self, options: Mapping[str, Mapping[str, Any]]) -> None:
+        """Options for enabled features, from the compressor that requires them (its
+        ``feature_options``), e.g. the subspace rank as ``{"residual_subspace": {"ratio": 0.01}}``."""
+        unknown = set(options) - set(self.enabled_features)
+        if unknown:
+            raise TaskError(f"task {self.name!r}: options for feature(s) {sorted(unknown)} that are not enabled")
+        self.feature_options = MappingProxyType({k: dict(v) for k, v in options.items()})
 
     # --- model ------------------------------------------------------------------
     @abc.abstractmethod
@@ -252,5 +264,6 @@ class Task(abc.ABC):
             "train_samples": b.train_samples,
             "eval_samples": b.eval_samples,
             "features": sorted(self.enabled_features),
+            **({"feature_options": {k: dict(v) for k, v in self.feature_options.items()}} if self.feature_options else {}),
             **{f"extra.{k}": v for k, v in b.extra.items()},
         }

@@ -120,9 +120,18 @@ class Shakespeare(Task):
         return GPTConfig(
             vocab_size=len(self.vocab), block_size=self.block_size, n_layer=e["n_layer"], n_head=e["n_head"],
             n_embd=e["n_embd"], dropout=e["dropout"],
-            subspace_rank=e["subspace_rank"] if "residual_subspace" in self.enabled_features else None,
+            subspace_rank=self.subspace_rank() if "residual_subspace" in self.enabled_features else None,
             subspace_seed=self.seed,
         )
+
+    def subspace_rank(self) -> int:
+        """k of the residual subspace: ``round(ratio * d)`` (at least 1) when the ``subspace``
+        compressor gives a ratio (``subspace(ratio=0.01)``: ~100x), else the tier's d / 8."""
+        ratio = self.feature_options.get("residual_subspace", {}).get("ratio")
+        d = int(self.budget.extra["n_embd"])
+        if ratio is None:
+            return int(self.budget.extra["subspace_rank"])
+        return max(1, min(d, int(ratio * d + 0.5)))
 
     def build_model(self) -> GPT:
         """The unsplit model (``build_stages`` cuts exactly this one)."""

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from ..api import Compressor, CompressorError, Payload, TensorInfo, TensorRole
-from ..registry import register
+from ..registry import check_range, register
 from ._common import require_finite
 
 __all__ = ["SubspaceProjection", "ResidualSubspace", "FEATURE"]
@@ -57,13 +57,19 @@ class ResidualSubspace(Protocol):
 class SubspaceProjection(Compressor):
     """Subspace projection (Ramasinghe et al. 2025, Protocol Models): send k coordinates in a fixed basis.
 
-    No parameters: the basis and the token term come from the task through ``bind``.
+    ``ratio``: k / d, the fraction of the residual stream's width that is sent (``ratio=0.01``:
+    about 100x, the high end Protocol Models reports). The task builds its model for that
+    rank (``feature_options = {"residual_subspace": {"ratio": ratio}}``; shakespeare uses
+    ``k = round(ratio * d)``, at least 1); default: the task's own rank (d / 8 for shakespeare).
+    The basis and the token term come from the task through ``bind``.
     """
 
     roles = frozenset({TensorRole.ACTIVATION, TensorRole.ACTIVATION_GRAD})
     requires = frozenset({FEATURE})
 
-    def __init__(self) -> None:
+    def __init__(self, ratio: float | None = None) -> None:
+        self.ratio = None if ratio is None else check_range("subspace", "ratio", ratio, 1e-4, 1.0)
+        self.feature_options = {} if self.ratio is None else {FEATURE: {"ratio": self.ratio}}
         self._feature: Any = None
         self._basis: Tensor | None = None  # (d, k) fp32 on the last device used
 

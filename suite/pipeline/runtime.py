@@ -25,7 +25,7 @@ from .result import RunResult
 from .summary import summarize
 from .placement import Placement
 from .schedules import pipeline_ranks
-from .trainer import check_plan, required_features, resolve_device, train
+from .trainer import check_plan, required_feature_options, required_features, resolve_device, train
 from .transport import LocalTransport
 
 __all__ = ["run", "run_single", "preflight", "RunError", "RunTimeout"]
@@ -53,6 +53,7 @@ def preflight(cfg: CellConfig) -> None:
     from tasks import get_task_class
 
     check_plan(cfg.plan, cfg.n_stages, cfg.dp)
+    required_feature_options(cfg.plan)  # conflicting options fail here, before any rank starts
     cls = get_task_class(cfg.task)
     missing = required_features(cfg.plan) - set(cls.features)
     if missing:

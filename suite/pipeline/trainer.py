@@ -72,6 +72,29 @@ def required_features(plan: CompressionPlan) -> frozenset[str]:
     return frozenset(f for spec in plan.all_specs() for n in _spec_names(spec) for f in get_class(n).requires)
 
 
+def required_feature_options(plan: CompressionPlan) -> dict[str, dict[str, Any]]:
+    """Feature options the plan's compressors ask the task for (their ``feature_options``, e.g.
+    ``subspace(ratio=0.01)`` -> ``{"residual_subspace": {"ratio": 0.01}}``); two specs asking
+    different options for one feature are refused (one model serves every boundary)."""
+    from compressors.registry import build
+
+    out: dict[str, dict[str, Any]] = {}
+    for spec in set(plan.all_specs()):
+        if not any(get_class(n).requires for n in _spec_names(spec)):
+            continue
+        c = build(spec)
+        while c is not None:
+            for feature, opts in (getattr(c, "feature_options", None) or {}).items():
+                if feature in out and out[feature] != dict(opts):
+                    raise ConfigError(
+                        f"compressors ask for different {feature!r} options ({out[feature]} and {dict(opts)}); "
+                        "use the same parameters for every direction and boundary"
+                    )
+                out[feature] = dict(opts)
+            c = getattr(c, "inner", None)
+    return out
+
+
 def check_plan(plan: CompressionPlan, n_stages: int, dp: int) -> None:
     """Refuse compressors used in a role they do not declare (one-line ConfigError)."""
     uses = [(d, b) for b in range(n_stages - 1) for d in ("forward", "backward")]
@@ -103,7 +126,8 @@ def train(
     check_plan(cfg.plan, S, placement.dp_size)
 
     # --- task, budget, model (identical on every rank) -----------------------------------------
-    task = build_task(cfg.task, cfg.tier, seed=cfg.seed, data_dir=cfg.data_dir, features=required_features(cfg.plan))
+    task = build_task(cfg.task, cfg.tier, seed=cfg.seed, data_dir=cfg.data_dir, features=required_features(cfg.plan),
+                      feature_options=required_feature_options(cfg.plan))
     if cfg.steps is not None:
         task.budget = replace(task.budget, steps=cfg.steps)
     budget = task.budget

@@ -102,3 +102,10 @@ def test_bound_misuse_gives_clear_errors():
     bf = x.to(torch.bfloat16)
     tokens = torch.zeros(2, 3, dtype=torch.long)
     assert send.decompress(send.compress(bf, _info(bf, tokens)), _info(bf, tokens)).dtype == torch.bfloat16
+
+
+def test_ratio_parameter_asks_the_task_for_its_rank():
+    assert build("subspace").feature_options == {}
+    assert build("subspace(ratio=0.01)").feature_options == {"residual_subspace": {"ratio": 0.01}}
+    with pytest.raises(CompressorError, match="subspace: parameter ratio=0 must be a number"):
+        build("subspace(ratio=0)")

@@ -105,3 +105,26 @@ def test_subspace_compressor_round_trip_is_lossless():
     payload = send.compress(x, info)
     assert payload[0].shape[-1] == 4
     torch.testing.assert_close(recv.decompress(payload, info), x, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("ratio, k", [(0.25, 8), (0.0625, 2), (0.01, 1)])
+def test_subspace_ratio_sets_the_rank_the_model_is_built_for(ratio, k):
+    """subspace(ratio=r): the task builds its model for k = round(r * d) (d = 32 in smoke), still lossless."""
+    task = _task({FEATURE}, dropout=0.0)
+    send, recv = build(f"subspace(ratio={ratio})"), build(f"subspace(ratio={ratio})")
+    task.set_feature_options(send.feature_options)
+    stages = task.build_stages(2)
+    for c in (send, recv):
+        c.bind(task.model_features(stages))
+    batch = next(iter(task.train_batches()))
+    x = stages[0](batch.inputs, batch.inputs).detach()
+    info = TensorInfo(TensorRole.ACTIVATION, 0, 0, 0, x.shape, x.dtype, x.device, batch.sample_ids, 0, batch.inputs)
+    payload = send.compress(x, info)
+    assert payload[0].shape[-1] == k and task.describe()["feature_options"] == {FEATURE: {"ratio": ratio}}
+    torch.testing.assert_close(recv.decompress(payload, info), x, rtol=0, atol=1e-5)
+
+
+def test_feature_options_need_the_feature_enabled():
+    task = _task()
+    with pytest.raises(Exception, match="not enabled"):
+        task.set_feature_options({FEATURE: {"ratio": 0.1}})
