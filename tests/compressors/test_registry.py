@@ -142,9 +142,9 @@ def test_parse_errors_name_the_text(text, fragment):
         ("threshold(sample=2)", "threshold: parameter sample=2"),
         ("powersgd(rank=0)", "powersgd: parameter rank=0 must be an integer"),
         ("powersgd(warm_start=1)", "powersgd: parameter warm_start=1 must be true or false"),
-        ("quant(bitz=4)", "quant: unknown parameter 'bitz'; valid parameters: bits, scale, block, rounding"),
+        ("quant(bitz=4)", "quant: unknown parameter 'bitz'; valid parameters: bits, scale, block, rounding, range"),
         ("quant(4, bits=4)", "quant: parameter 'bits' given twice"),
-        ("quant(1, row, 64, nearest, 5)", "quant: takes at most 4 positional argument(s)"),
+        ("quant(1, row, 64, nearest, minmax, 5)", "quant: takes at most 5 positional argument(s)"),
         ("quant(bits=topk)", "quant: parameter bits='topk' must be an integer in [1, 8]"),
         ("quant(bits=topk(ratio=0.1))", "quant: parameter 'bits' does not take a compressor spec"),
         ("ef", "ef: missing required parameter(s) inner"),
@@ -190,7 +190,7 @@ def test_canonical_spec_normalizes_and_validates():
 
 def test_describe_reports_parameters_roles_and_summary():
     d = compressors.describe("quant")
-    assert d["params"] == {"bits": 8, "scale": "row", "block": 64, "rounding": "nearest"}
+    assert d["params"] == {"bits": 8, "scale": "row", "block": 64, "rounding": "nearest", "range": "minmax"}
     assert set(d["roles"]) == {"activation", "activation_grad", "weight_grad"}
     assert "Chen et al. 2021" in d["summary"] and d["requires"] == []
     assert compressors.describe("randomk")["linear"] is True
