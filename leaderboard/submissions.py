@@ -22,8 +22,23 @@ Public API (stable; ``mpcbench validate`` / ``mpcbench report`` call it):
     records, problems = load_store("results/store.jsonl") # a plain results store
     records, problems = load_all(stores=[...], records_dirs=[...])
 
-Each loaded record gets ``entry`` (the folder name, or ``"local"`` for a store),
-``submitter`` and ``entry_info`` (the parsed entry.yaml) attached.
+Each loaded record gets, attached by the loader (what the record itself claims is overwritten):
+
+- ``entry``: the folder the record was loaded from (``"local"`` for a store): a record
+  belongs to the entry folder it is in, whatever entry it names;
+- ``submitter`` and ``entry_info`` (the parsed entry.yaml, plus its ``verification``:
+  ``verified`` / ``not verified`` / ``failed``, from ``<entry>/verification.json``);
+- ``is_maintainer``: True only for the maintainers' own entries (:data:`MAINTAINER_ENTRIES`),
+  the only baselines another entry may be compared with;
+- ``bytes_per_step``: recomputed from ``bytes`` and ``run.steps`` (a record whose claim differs
+  is rejected by ``validate_record``).
+
+Cost is bounded per entry, not only per file: at most :data:`MAX_ENTRY_BYTES` read,
+:data:`MAX_ENTRY_LINES` lines and :data:`MAX_PROBLEMS_PER_ENTRY` problems (then the entry stops
+with one line saying so), so a file of junk lines costs little. Record ids are scoped per
+entry: a ``record_id`` repeated inside an entry is a problem; one that also appears in another
+entry never hides that entry's record (see :func:`load_entries`). An entry whose loading raises
+anything at all is skipped with one line; the other entries load.
 """
 
 from __future__ import annotations
@@ -32,13 +47,14 @@ import datetime as _dt
 import hashlib
 import json
 import re
+import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
 
-from suite.results.records import RecordError, validate_record
+from suite.results.records import RecordError, derived_bytes_per_step, validate_record
 
 __all__ = [
     "Problem",
@@ -53,6 +69,9 @@ __all__ = [
     "load_all",
     "read_entry_info",
     "plugin_file_hash",
+    "MAINTAINER_ENTRIES",
+    "VERIFICATION_FILE",
+    "verification_status",
 ]
 
 MAX_FILE_BYTES = 32 * 2**20  # a results file; a quick-tier record is a few kB
@@ -60,6 +79,15 @@ MAX_LINE_BYTES = 2 * 2**20  # one record (curves are at most a few hundred point
 MAX_ENTRY_YAML_BYTES = 64 * 2**10
 MAX_FILES_PER_ENTRY = 200
 MAX_ENTRIES = 5000
+MAX_ENTRY_BYTES = 64 * 2**20  # all results files of one entry together
+MAX_ENTRY_LINES = 100_000  # non-blank lines of one entry (a quick-tier record is ~20 kB: 46 lines per MiB)
+MAX_PROBLEMS_PER_ENTRY = 20  # then the entry stops: a file of junk lines is cheap to reject
+MAX_PLUGIN_BYTES = 2**20  # a plugin file; the hash reads at most this much
+MAX_YAML_EVENTS = 2_000  # parser events in entry.yaml (six short fields need ~20)
+# Entries the maintainers ran themselves: the only baselines other entries are compared with
+# (besides their own). A code change, so a pull request cannot add itself here unseen.
+MAINTAINER_ENTRIES = frozenset({"mpcbench-baselines"})
+VERIFICATION_FILE = "verification.json"  # written by `mpcbench verify`, never by a submitter
 ENTRY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 HASH = re.compile(r"^[0-9a-f]{16}$")
 
@@ -130,8 +158,16 @@ def _read_capped(path: Path, cap: int) -> bytes:
 
 def plugin_file_hash(path: str | Path) -> str:
     """sha256 (first 16 hex) of a plugin file's text with newlines normalized to ``\\n``:
-    the same value ``compressors.registry.source_hash`` records for a compressor defined in it."""
-    text = Path(path).read_bytes().decode("utf-8")
+    the same value ``compressors.registry.source_hash`` records for a compressor defined in it.
+    Files over :data:`MAX_PLUGIN_BYTES` are refused before reading (``ValueError``)."""
+    try:
+        return _plugin_hash(Path(path))
+    except _Skip as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+def _plugin_hash(path: Path) -> str:
+    text = _read_capped(path, MAX_PLUGIN_BYTES).decode("utf-8")
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -144,6 +180,28 @@ def _yaml_reason(e: yaml.YAMLError) -> str:
         return _one_line(e)
     where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
     return _one_line(f"{problem}{where}")
+
+
+class _EntryLoader(yaml.SafeLoader):
+    """``safe_load`` that keeps scalars as text: no timestamp or number conversion, so a date like
+    2026-13-45 or a 5000-digit integer reaches the field checks as a string and is named there."""
+
+
+_EntryLoader.yaml_implicit_resolvers = {
+    ch: [(tag, rx) for tag, rx in resolvers if tag.rsplit(":", 1)[-1] not in ("timestamp", "int", "float")]
+    for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _check_yaml_events(text: str) -> None:
+    """Refuse anchors and aliases (``&a`` / ``*a``, and with them ``<<`` merge bombs that grow 10x per
+    level) and more than :data:`MAX_YAML_EVENTS` parser events, before anything is constructed:
+    the parse is linear in the text, so this bounds the cost of ``safe_load``."""
+    for n, event in enumerate(yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))):
+        if n > MAX_YAML_EVENTS:
+            raise _Skip(f"entry.yaml has more than {MAX_YAML_EVENTS} YAML nodes; it needs six short fields")
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise _Skip("entry.yaml must not use YAML anchors or aliases (& / *); write each value out")
 
 
 def read_entry_info(entry_dir: str | Path) -> EntryInfo:
@@ -172,11 +230,14 @@ def _read_entry_info(entry_dir: Path) -> EntryInfo:
     except _Skip as e:
         raise _Skip(f"entry.yaml: {e}") from None
     try:
-        data = yaml.safe_load(text)  # never yaml.load: tags like !!python/object must not construct
+        _check_yaml_events(text)
+        data = yaml.load(text, Loader=_EntryLoader)  # a SafeLoader: tags like !!python/object must not construct
     except yaml.YAMLError as e:
         raise _Skip(f"entry.yaml is not valid (safe) YAML: {_yaml_reason(e)}") from None
     except RecursionError:
         raise _Skip("entry.yaml is nested too deeply") from None
+    except ValueError as e:  # a date like 2026-13-45, an integer of 5000 digits
+        raise _Skip(f"entry.yaml has a value YAML cannot read: {_one_line(e)}") from None
     if not isinstance(data, dict):
         raise _Skip(f"entry.yaml must be a mapping of fields, got {type(data).__name__}")
     unknown = sorted(str(k) for k in data if k not in ENTRY_FIELDS)
@@ -200,9 +261,12 @@ def _read_entry_info(entry_dir: Path) -> EntryInfo:
             raise _Skip(f"entry.yaml field {key!r} must be one non-empty line")
         fields[key] = v.strip() if key != "description" else v
     try:
-        _dt.date.fromisoformat(fields["date"])
+        date = _dt.date.fromisoformat(fields["date"])
     except ValueError:
-        raise _Skip(f"entry.yaml field 'date' must be YYYY-MM-DD, got {fields['date']!r}") from None
+        raise _Skip(f"entry.yaml field 'date' must be YYYY-MM-DD (a real date), got {fields['date']!r}") from None
+    today = _dt.datetime.now(_dt.timezone.utc).date()
+    if not _dt.date(2020, 1, 1) <= date <= today + _dt.timedelta(days=1):
+        raise _Skip(f"entry.yaml field 'date' {fields['date']} is before 2020 or in the future (today is {today})")
     info = EntryInfo(entry=entry_dir.name, **fields)
     _check_plugin(entry_dir, info)
     return info
@@ -225,9 +289,11 @@ def _check_plugin(entry_dir: Path, info: EntryInfo) -> None:
     if not info.plugin_hash:
         raise _Skip("entry.yaml needs 'plugin_hash' for a .py plugin")
     try:
-        actual = plugin_file_hash(path)
+        actual = _plugin_hash(entry_dir / info.plugin)
     except UnicodeDecodeError:
         raise _Skip(f"plugin file {info.plugin!r} is not UTF-8 text") from None
+    except _Skip as e:
+        raise _Skip(f"plugin file {info.plugin!r}: {e}") from None
     if actual != info.plugin_hash:
         raise _Skip(
             f"plugin_hash {info.plugin_hash} does not match {info.plugin} (its hash is {actual}); "
@@ -236,69 +302,131 @@ def _check_plugin(entry_dir: Path, info: EntryInfo) -> None:
 
 
 # --------------------------------------------------------------------------- results files
+class _Budget:
+    """What one entry (or store) may still cost: bytes read, lines parsed, problems reported."""
+
+    def __init__(self, label: str, problems: list[Problem]) -> None:
+        self.label, self.problems = label, problems
+        self.bytes, self.lines, self.n_problems = MAX_ENTRY_BYTES, MAX_ENTRY_LINES, 0
+        self.stopped = False
+
+    def problem(self, where: str, reason: str) -> None:
+        self.n_problems += 1
+        if self.n_problems <= MAX_PROBLEMS_PER_ENTRY:
+            self.problems.append(Problem(where, reason))
+        else:
+            self.stop(f"more than {MAX_PROBLEMS_PER_ENTRY} bad lines or files: stopped reading here; "
+                      "fix the ones listed (mpcbench validate <entry>) and the rest is read again")  # fmt: skip
+
+    def stop(self, reason: str) -> None:
+        if not self.stopped:
+            self.stopped = True
+            self.problems.append(Problem(self.label, reason))
+
+
+def _lines(path: Path, budget: _Budget):
+    """(line number, bytes) of the non-blank lines of a results file, within the budget.
+
+    Read line by line (a 32 MiB file of 1-byte lines is never split into 16 million objects at once)."""
+    if path.is_symlink():
+        raise _Skip("symlinks are not allowed; commit the file itself")
+    if not path.is_file():
+        raise _Skip("not a regular file")
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise _Skip(f"file is {size} bytes, over the {MAX_FILE_BYTES}-byte limit")
+    if size > budget.bytes:
+        budget.stop(f"the entry's results files are over {MAX_ENTRY_BYTES} bytes together; the rest is not read")
+        return
+    with path.open("rb") as f:
+        lineno = 0
+        while not budget.stopped:
+            line = f.readline(MAX_LINE_BYTES + 1)
+            if not line:
+                return
+            budget.bytes -= len(line)
+            if budget.bytes < 0:
+                budget.stop(f"the entry's results files are over {MAX_ENTRY_BYTES} bytes together; the rest is not read")
+                return
+            lineno += 1
+            if len(line) > MAX_LINE_BYTES:
+                while line and not line.endswith(b"\n"):  # skip the rest of the over-long line
+                    line = f.readline(MAX_LINE_BYTES + 1)
+                    budget.bytes -= len(line)
+                yield lineno, None
+                continue
+            if not line.strip():
+                continue
+            budget.lines -= 1
+            if budget.lines < 0:
+                budget.stop(f"the entry has more than {MAX_ENTRY_LINES} lines; the rest is not read")
+                return
+            yield lineno, line
+
+
+def _parse_record(line: bytes) -> dict[str, Any]:
+    """One validated record; raises ``_Skip`` with the one-line reason."""
+    try:
+        rec = json.loads(line.decode("utf-8"))
+        validate_record(rec)
+    except UnicodeDecodeError:
+        raise _Skip("not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise _Skip(f"invalid JSON: {e.msg} (column {e.colno})") from None
+    except RecordError as e:
+        raise _Skip(f"invalid record: {_one_line(e)}") from None
+    except (ValueError, RecursionError) as e:  # e.g. a 10,000-digit integer, nesting bombs
+        raise _Skip(f"invalid JSON: {_one_line(e) or type(e).__name__}") from None
+    rec["bytes_per_step"] = derived_bytes_per_step(rec) if rec["status"] == "ok" else rec.get("bytes_per_step")
+    return rec
+
+
 def _load_jsonl(
     path: Path,
     attach: dict[str, Any],
-    problems: list[Problem],
+    budget: _Budget,
     seen: dict[str, str],
     label: str,
     known: frozenset[str] = frozenset(),
     plugin_hash: str = "",
 ) -> list[dict[str, Any]]:
-    """Valid records of one JSON Lines file; every bad line becomes a Problem.
+    """Valid records of one JSON Lines file; every bad line becomes a Problem (within ``budget``).
 
-    ``seen``: record ids loaded so far (a repeat is a problem); ``known``: ids already
-    loaded from elsewhere that are dropped silently (a local store's copy of committed records).
-    ``plugin_hash``: the entry's plugin file hash; a record whose run loaded plugin files
-    (``provenance.plugin_hashes["plugin:<path>"]``) must have loaded this one.
+    ``seen``: record ids loaded so far in this entry (a repeat is a problem); ``known``: ids
+    already loaded from elsewhere that are dropped silently (a local store's copy of committed
+    records). ``plugin_hash``: the entry's plugin file hash; a record whose run loaded plugin
+    files (``provenance.plugin_hashes["plugin:<path>"]``) must have loaded this one.
     """
+    out: list[dict[str, Any]] = []
     try:
-        data = _read_capped(path, MAX_FILE_BYTES)
+        for lineno, line in _lines(path, budget):
+            where = f"{label}:{lineno}"
+            if line is None:
+                budget.problem(where, f"record is over the {MAX_LINE_BYTES}-byte limit")
+                continue
+            try:
+                rec = _parse_record(line)
+            except _Skip as e:
+                budget.problem(where, str(e))
+                continue
+            loaded = {k: v for k, v in rec["provenance"].get("plugin_hashes", {}).items() if k.startswith("plugin:")}
+            if plugin_hash and loaded and plugin_hash not in loaded.values():
+                budget.problem(where, f"record was run with other plugin code ({', '.join(f'{k}={v}' for k, v in loaded.items())}); "
+                                      f"entry.yaml says plugin_hash {plugin_hash}")  # fmt: skip
+                continue
+            rid = rec["record_id"]
+            if rid in known:
+                continue
+            if rid in seen:
+                budget.problem(where, f"duplicate record_id {rid!r} (first seen in {seen[rid]})")
+                continue
+            seen[rid] = where
+            rec.update(attach)  # the folder is authoritative, not what the record claims
+            out.append(rec)
     except _Skip as e:
-        problems.append(Problem(label, str(e)))
-        return []
+        budget.problem(label, str(e))
     except OSError as e:
-        problems.append(Problem(label, f"cannot read: {_one_line(e)}"))
-        return []
-    out = []
-    for lineno, line in enumerate(data.split(b"\n"), 1):
-        if not line.strip():
-            continue
-        where = f"{label}:{lineno}"
-        if len(line) > MAX_LINE_BYTES:
-            problems.append(Problem(where, f"record is {len(line)} bytes, over the {MAX_LINE_BYTES}-byte limit"))
-            continue
-        try:
-            rec = json.loads(line.decode("utf-8"))
-            validate_record(rec)
-        except UnicodeDecodeError:
-            problems.append(Problem(where, "not UTF-8 text"))
-            continue
-        except json.JSONDecodeError as e:
-            problems.append(Problem(where, f"invalid JSON: {e.msg} (column {e.colno})"))
-            continue
-        except RecordError as e:
-            problems.append(Problem(where, f"invalid record: {_one_line(e)}"))
-            continue
-        except (ValueError, RecursionError) as e:  # e.g. a 10,000-digit integer, nesting bombs
-            problems.append(Problem(where, f"invalid JSON: {_one_line(e) or type(e).__name__}"))
-            continue
-        loaded = {k: v for k, v in rec["provenance"].get("plugin_hashes", {}).items() if k.startswith("plugin:")}
-        if plugin_hash and loaded and plugin_hash not in loaded.values():
-            problems.append(
-                Problem(where, f"record was run with other plugin code ({', '.join(f'{k}={v}' for k, v in loaded.items())}); "
-                               f"entry.yaml says plugin_hash {plugin_hash}")
-            )  # fmt: skip
-            continue
-        rid = rec["record_id"]
-        if rid in known:
-            continue
-        if rid in seen:
-            problems.append(Problem(where, f"duplicate record_id {rid!r} (first seen in {seen[rid]})"))
-            continue
-        seen[rid] = where
-        rec.update(attach)  # the folder is authoritative, not what the record claims
-        out.append(rec)
+        budget.problem(label, f"cannot read: {_one_line(e)}")
     return out
 
 
@@ -312,30 +440,63 @@ def load_store(
     """Records of a plain results store (JSON Lines, e.g. ``results/store.jsonl``).
 
     Returns ``(records, problems)``; bad lines are skipped with a reason, a missing or
-    oversized file is one problem. Records get ``entry`` / ``submitter`` attached.
-    Records whose ``record_id`` is in ``skip_ids`` are dropped silently (already loaded
-    from a committed entry); a record id repeated inside the store is a problem.
+    oversized file is one problem. Records get ``entry`` / ``submitter`` attached (and
+    ``is_maintainer`` False). Records whose ``record_id`` is in ``skip_ids`` are dropped
+    silently (already loaded from a committed entry); a record id repeated inside the store
+    is a problem.
     """
     path = Path(path)
     problems: list[Problem] = []
     if not path.exists():
         return [], [Problem(str(path), "no such results file")]
-    attach = {"entry": entry, "submitter": submitter, "entry_info": {"entry": entry, "name": entry}}
-    records = _load_jsonl(path, attach, problems, {}, str(path), frozenset(skip_ids))
+    attach = {"entry": entry, "submitter": submitter, "is_maintainer": False,
+              "entry_info": {"entry": entry, "name": entry, "verification": "not verified"}}  # fmt: skip
+    try:
+        records = _load_jsonl(path, attach, _Budget(str(path), problems), {}, str(path), frozenset(skip_ids))
+    except Exception as e:  # noqa: BLE001 - whatever a hostile file triggers, it is one line
+        return [], [Problem(str(path), f"store skipped: {type(e).__name__}: {_one_line(e)}")]
     return records, problems
 
 
+def verification_status(entry_dir: str | Path) -> str:
+    """``verified`` / ``failed`` / ``not verified`` from ``<entry>/verification.json`` (written by
+    ``mpcbench verify``): verified only if every results file it checked is unchanged since."""
+    entry_dir = Path(entry_dir)
+    path = entry_dir / VERIFICATION_FILE
+    if not path.exists():
+        return "not verified"
+    try:
+        data = json.loads(_read_capped(path, MAX_ENTRY_YAML_BYTES))
+        status, files = data["status"], data["files"]
+        if status not in ("verified", "failed") or not isinstance(files, dict) or not files:
+            return "not verified"
+        for name, digest in files.items():
+            f = entry_dir / str(name)
+            if "/" in str(name) or hashlib.sha256(_read_capped(f, MAX_FILE_BYTES)).hexdigest() != digest:
+                return "not verified"  # the results changed after verification
+        return status
+    except Exception:  # noqa: BLE001 - a broken or forged file verifies nothing
+        return "not verified"
+
+
 def load_entry(
-    entry_dir: str | Path, *, _seen: dict[str, str] | None = None
+    entry_dir: str | Path, *, _seen: dict[str, str] | None = None, maintainers: Iterable[str] = MAINTAINER_ENTRIES
 ) -> tuple[list[dict[str, Any]], list[Problem]]:
     """Records of one submission folder ``records/<entry>/`` (what ``mpcbench validate`` checks).
 
     The entry is skipped as a whole (one problem) when ``entry.yaml`` is missing or invalid
     or the plugin does not match its hash; otherwise each ``*.jsonl`` file is loaded and
-    each bad line is skipped with a reason.
+    each bad line is skipped with a reason, within the entry's budget (module docstring).
+    Whatever goes wrong inside, the result is one problem line, never an exception.
     """
     entry_dir = Path(entry_dir)
-    seen = {} if _seen is None else _seen
+    try:
+        return _load_entry(entry_dir, {} if _seen is None else _seen, frozenset(maintainers))
+    except Exception as e:  # noqa: BLE001 - MemoryError, RecursionError, anything: only this entry is lost
+        return [], [Problem(str(entry_dir), f"entry skipped: {type(e).__name__}: {_one_line(e) or 'no message'}")]
+
+
+def _load_entry(entry_dir: Path, seen: dict[str, str], maintainers: frozenset[str]) -> tuple[list[dict[str, Any]], list[Problem]]:
     label = str(entry_dir)
     if entry_dir.is_symlink() or not entry_dir.is_dir():
         return [], [Problem(label, "an entry must be a folder (not a symlink) holding entry.yaml and *.jsonl files")]
@@ -345,28 +506,92 @@ def load_entry(
         return [], [Problem(label, f"entry skipped: {e}")]
     except OSError as e:
         return [], [Problem(label, f"entry skipped: cannot read: {_one_line(e)}")]
-    files = sorted(p for p in entry_dir.iterdir() if p.suffix == ".jsonl")
+    files = []
+    for p in entry_dir.iterdir():
+        if p.suffix == ".jsonl":
+            files.append(p)
+            if len(files) > MAX_FILES_PER_ENTRY:
+                break
+    files.sort()
     if not files:
         return [], [Problem(label, "entry has no *.jsonl results file")]
     problems: list[Problem] = []
     if len(files) > MAX_FILES_PER_ENTRY:
         problems.append(Problem(label, f"more than {MAX_FILES_PER_ENTRY} results files; only the first are read"))
         files = files[:MAX_FILES_PER_ENTRY]
-    attach = {"entry": info.entry, "submitter": info.submitter, "entry_info": info.to_dict()}
+    entry_info = {**info.to_dict(), "verification": verification_status(entry_dir)}
+    attach = {"entry": info.entry, "submitter": info.submitter, "entry_info": entry_info,
+              "is_maintainer": info.entry in maintainers}  # fmt: skip
+    budget = _Budget(label, problems)
     records: list[dict[str, Any]] = []
+    plugin_hash = info.plugin_hash if info.plugin.endswith(".py") else ""
     for f in files:
-        records += _load_jsonl(f, attach, problems, seen, str(f), plugin_hash=info.plugin_hash if info.plugin.endswith(".py") else "")
+        if budget.stopped:
+            break
+        records += _load_jsonl(f, attach, budget, seen, str(f), plugin_hash=plugin_hash)
     return records, problems
 
 
+def _first_commit_times(root: Path, names: Iterable[str]) -> dict[str, int]:
+    """Unix time of the first commit that added each entry folder (the repository's own order);
+    entries git does not know (or no git) are missing from the result."""
+    out: dict[str, int] = {}
+    for name in names:
+        try:
+            r = subprocess.run(
+                ["git", "-C", str(root), "log", "--diff-filter=A", "--format=%ct", "--", name],
+                capture_output=True, text=True, timeout=20, check=False,
+            )  # fmt: skip
+            times = [int(t) for t in r.stdout.split()]
+            if r.returncode == 0 and times:
+                out[name] = min(times)
+        except (OSError, ValueError, subprocess.SubprocessError):
+            continue
+    return out
+
+
+def _resolve_copies(root: Path, records: list[dict[str, Any]], problems: list[Problem]) -> list[dict[str, Any]]:
+    """A ``record_id`` in several entries is one run claimed twice: keep it in the entry that had it
+    first, the maintainers' entry before any other, then the entry git added first, then the
+    earlier entry.yaml date; the other entries' copies are dropped with a problem naming both.
+    Never by folder name: an entry called ``0-attacker`` gains nothing by sorting first."""
+    owners: dict[str, set[str]] = {}
+    for r in records:
+        owners.setdefault(r["record_id"], set()).add(r["entry"])
+    clashing = {e for es in owners.values() if len(es) > 1 for e in es}
+    if not clashing:
+        return records
+    first_commit = _first_commit_times(root, sorted(clashing))
+    info = {r["entry"]: r for r in records}
+
+    def seniority(entry: str) -> tuple:
+        r = info[entry]
+        return (not r["is_maintainer"], first_commit.get(entry, float("inf")), r["entry_info"].get("date", ""), entry)
+
+    kept, dropped = [], {}
+    for r in records:
+        es = owners[r["record_id"]]
+        owner = min(es, key=seniority) if len(es) > 1 else r["entry"]
+        if r["entry"] == owner:
+            kept.append(r)
+        else:
+            dropped.setdefault((r["entry"], owner), []).append(r["record_id"])
+    for (entry, owner), ids in dropped.items():
+        problems.append(Problem(str(root / entry), f"duplicate record_id: {len(ids)} record(s) copied from entry {owner!r} ("
+                                                   f"e.g. {ids[0]!r}) were dropped: a record belongs to the entry that committed it first"))  # fmt: skip
+    return kept
+
+
 def load_entries(
-    records_dir: str | Path, *, _seen: dict[str, str] | None = None
+    records_dir: str | Path, *, _seen: dict[str, str] | None = None, maintainers: Iterable[str] = MAINTAINER_ENTRIES
 ) -> tuple[list[dict[str, Any]], list[Problem]]:
     """Records of every entry folder under ``records_dir`` (e.g. the committed ``records/``).
 
     Returns ``(records, problems)``. A missing ``records_dir`` gives no records and no
     problems (an empty leaderboard); loose files next to the entry folders (README.md) and
-    hidden folders are ignored. A ``record_id`` seen twice is kept only the first time.
+    hidden folders are ignored. Record ids are scoped per entry; a ``record_id`` that several
+    entries hold stays with the entry that committed it first (:func:`_resolve_copies`).
+    ``_seen`` collects every loaded id (``load_all`` uses it to drop a store's copies).
     """
     root = Path(records_dir)
     if not root.exists():
@@ -375,15 +600,27 @@ def load_entries(
         return [], [Problem(str(root), "records path is not a folder")]
     records: list[dict[str, Any]] = []
     problems: list[Problem] = []
-    seen = {} if _seen is None else _seen
-    dirs = sorted(p for p in root.iterdir() if not p.name.startswith(".") and (p.is_dir() or p.is_symlink()))
+    dirs = []
+    for p in root.iterdir():
+        if not p.name.startswith(".") and (p.is_dir() or p.is_symlink()):
+            dirs.append(p)
+            if len(dirs) > MAX_ENTRIES:
+                break
+    dirs.sort()
     if len(dirs) > MAX_ENTRIES:
         problems.append(Problem(str(root), f"more than {MAX_ENTRIES} entries; only the first are read"))
         dirs = dirs[:MAX_ENTRIES]
     for d in dirs:
-        recs, probs = load_entry(d, _seen=seen)
+        recs, probs = load_entry(d, maintainers=maintainers)  # ids scoped per entry
         records += recs
         problems += probs
+    try:
+        records = _resolve_copies(root, records, problems)
+    except Exception as e:  # noqa: BLE001 - keep everything rather than lose the page
+        problems.append(Problem(str(root), f"record ownership not checked: {type(e).__name__}: {_one_line(e)}"))
+    if _seen is not None:
+        for r in records:
+            _seen.setdefault(r["record_id"], r["entry"])
     return records, problems
 
 

@@ -35,10 +35,14 @@ A failed cell has ``status`` "failed" (or "timeout"), a one-line ``error``, and 
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 from typing import Any
 
-__all__ = ["SCHEMA", "STATUSES", "REQUIRED", "RecordError", "validate_record", "is_ok"]
+__all__ = [
+    "SCHEMA", "STATUSES", "REQUIRED", "RecordError", "validate_record", "is_ok", "derived_bytes_per_step",
+    "MAX_SEED", "MAX_BYTES", "MAX_STEPS", "TASK_METRICS",
+]  # fmt: skip
 
 SCHEMA = "mpcbench.record/1"
 STATUSES = ("ok", "failed", "timeout")
@@ -74,6 +78,26 @@ REQUIRED_OK: dict[str, tuple[type, ...]] = {
 MAX_STR = 2000  # no field of a record needs more; longer text is hostile or broken
 MAX_CURVE = 100_000
 MAX_ABS = 1e18
+# Plausibility bounds (a record outside them is forged or broken, whoever made it):
+MAX_SEED = 2**31 - 1  # torch seeds are 64-bit, but no matrix needs more than this; bounded for the runner too
+MAX_BYTES = 2**50  # 1.1e15 B = a 100 Gbps link saturated for a whole day: more than any cell can send
+MAX_STEPS = 10_000_000
+MAX_PLACEMENT = 4096  # stages, replicas, micro-batches
+MAX_SECONDS = 30 * 24 * 3600.0  # a measured or modeled time above 30 days is not a benchmark cell
+MAX_METRIC = 1e6  # |metric| for metrics without a known range (a loss of 1e6 nats is already broken)
+EARLIEST = _dt.datetime(2020, 1, 1, tzinfo=_dt.timezone.utc)
+CLOCK_SKEW = _dt.timedelta(days=1)  # "created" may be this far ahead of the reader's clock, no further
+DIRECTIONS = ("forward", "backward", "dp")
+# The built-in tasks' metrics (kept equal to tasks/*.py by tests/suite/test_records_plausibility.py;
+# this layer imports no task code): a record of a built-in task must use its metric and direction.
+TASK_METRICS: dict[str, tuple[str, bool]] = {
+    "cifar10": ("accuracy", True),
+    "sst2": ("accuracy", True),
+    "shakespeare": ("val_loss", False),
+}
+# metric name -> (low, high) allowed for its values; other lower-is-better metrics (losses,
+# perplexities) must be >= 0, and every metric is bounded by MAX_METRIC
+METRIC_RANGES: dict[str, tuple[float, float]] = {"accuracy": (0.0, 1.0), "f1": (0.0, 1.0)}
 
 
 class RecordError(ValueError):
@@ -131,8 +155,9 @@ def validate_record(record: Any) -> dict[str, Any]:
             raise RecordError(f"field {key!r} must be {'/'.join(t.__name__ for t in types)}, got {type(v).__name__}")
     if record["status"] not in STATUSES:
         raise RecordError(f"status must be one of {', '.join(STATUSES)}, got {record['status']!r}")
-    if record["seed"] < 0:
-        raise RecordError("seed must be >= 0")
+    if not 0 <= record["seed"] <= MAX_SEED:
+        raise RecordError(f"seed must be in [0, {MAX_SEED}], got {record['seed']}")
+    _check_created(record["created"])
     if not is_ok(record):
         err = record.get("error")
         if not isinstance(err, str) or not err:
@@ -148,17 +173,130 @@ def validate_record(record: Any) -> dict[str, Any]:
             raise RecordError(f"field {key!r} must be {'/'.join(t.__name__ for t in types)}, got {type(v).__name__}")
     if not math.isfinite(float(record["final_metric"])):
         raise RecordError("final_metric must be finite")
-    for direction, counts in record["bytes"].items():
-        if not isinstance(counts, dict):
-            raise RecordError(f"bytes.{direction} must be an object")
-        for k in ("raw", "wire"):
-            v = counts.get(k)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise RecordError(f"bytes.{direction}.{k} must be a non-negative integer, got {v!r}")
+    _check_plausible(record)
+    return record
+
+
+def _check_created(created: str) -> None:
+    """An ISO 8601 time that exists, after 2020 and not in the future (beyond a day of clock skew)."""
+    try:
+        t = _dt.datetime.fromisoformat(created)
+    except ValueError:
+        raise RecordError(f"created must be an ISO 8601 date-time, got {created!r}") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=_dt.timezone.utc)
+    if not EARLIEST <= t <= _dt.datetime.now(_dt.timezone.utc) + CLOCK_SKEW:
+        raise RecordError(f"created {created!r} is before 2020 or in the future")
+
+
+def _int_in(v: Any, lo: int, hi: int, where: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        what = f"a non-negative integer (at most {hi})" if lo == 0 else f"an integer in [{lo}, {hi}]"
+        raise RecordError(f"{where} must be {what}, got {v!r}")
+    return v
+
+
+def _num_in(v: Any, lo: float, hi: float, where: str, *, optional: bool = False) -> None:
+    if v is None and optional:
+        return
+    if not isinstance(v, _NUM) or isinstance(v, bool):
+        raise RecordError(f"{where} must be a number, got {type(v).__name__}")
+    if math.isnan(v) and optional:
+        return
+    if not lo <= v <= hi:
+        raise RecordError(f"{where} = {v!r} is outside the plausible range [{lo:g}, {hi:g}]")
+
+
+def metric_range(name: str, higher_is_better: bool) -> tuple[float, float]:
+    """The values a metric can take: [0, 1] for accuracies, >= 0 for losses, else |x| <= MAX_METRIC."""
+    if name in METRIC_RANGES:
+        return METRIC_RANGES[name]
+    return (-MAX_METRIC if higher_is_better else 0.0), MAX_METRIC
+
+
+def derived_bytes_per_step(record: dict[str, Any]) -> dict[str, float]:
+    """Wire bytes per training step per direction, from ``bytes`` and ``run.steps`` (what the
+    runtime records; the leaderboard uses this, never the record's own ``bytes_per_step``)."""
+    steps = record["run"]["steps"]
+    return {d: c["wire"] / steps for d, c in record["bytes"].items()}
+
+
+def _check_plausible(record: dict[str, Any]) -> None:
+    """Ranges and cross-field consistency of an ``ok`` record (see the bounds above)."""
+    task, name, hib = record["task"], record["metric_name"], record["higher_is_better"]
+    if task in TASK_METRICS and TASK_METRICS[task] != (name, hib):
+        want, want_hib = TASK_METRICS[task]
+        raise RecordError(
+            f"task {task!r} is measured by {want!r} ({'higher' if want_hib else 'lower'} is better), "
+            f"not {name!r} ({'higher' if hib else 'lower'} is better)"
+        )
+    lo, hi = metric_range(name, hib)
+    _num_in(record["final_metric"], lo, hi, "final_metric")
+    _num_in(record.get("final_metric_uncompressed"), lo, hi, "final_metric_uncompressed", optional=True)
+    _num_in(record.get("target"), lo, hi, "target", optional=True)
+    run = record["run"]
+    steps = _int_in(run.get("steps"), 1, MAX_STEPS, "run.steps")
+    for k in ("n_stages", "dp", "microbatches"):
+        if k in run:
+            _int_in(run[k], 1, MAX_PLACEMENT, f"run.{k}")
+    if record.get("reached_target_step") is not None:
+        _int_in(record["reached_target_step"], 0, steps, "reached_target_step")
     for i, p in enumerate(record["curve"]):
         if not isinstance(p, dict) or not isinstance(p.get("step"), int) or not isinstance(p.get("metric"), _NUM):
             raise RecordError(f"curve[{i}] must have integer 'step' and numeric 'metric'")
+        _int_in(p["step"], 0, steps, f"curve[{i}].step")
+        _num_in(p["metric"], lo, hi, f"curve[{i}].metric", optional=True)
+        _num_in(p.get("metric_uncompressed"), lo, hi, f"curve[{i}].metric_uncompressed", optional=True)
+        _num_in(p.get("train_loss"), 0.0, MAX_METRIC, f"curve[{i}].train_loss", optional=True)
+        _num_in(p.get("wall_s"), 0.0, MAX_SECONDS, f"curve[{i}].wall_s", optional=True)
+    _check_bytes(record, steps)
+    for k, v in record["time"].items():
+        _num_in(v, 0.0, MAX_SECONDS, f"time.{k}", optional=True)
+    _num_in(record.get("wall_s"), 0.0, MAX_SECONDS, "wall_s", optional=True)
     for prof, m in record["modeled"].items():
         if not isinstance(m, dict):
             raise RecordError(f"modeled.{prof} must be an object")
-    return record
+        for k, v in m.items():
+            _num_in(v, 0.0, MAX_SECONDS, f"modeled.{prof}.{k}", optional=True)
+
+
+def _check_bytes(record: dict[str, Any], steps: int) -> None:
+    """Byte counts: non-negative integers below MAX_BYTES, consistent with each other and with
+    ``bytes_per_step`` (which must equal wire bytes / steps: it is derived, not a claim)."""
+    counts = record["bytes"]
+    for direction, c in counts.items():
+        if direction not in DIRECTIONS:
+            raise RecordError(f"bytes.{direction}: unknown direction (valid: {', '.join(DIRECTIONS)})")
+        if not isinstance(c, dict):
+            raise RecordError(f"bytes.{direction} must be an object")
+        raw, wire = (_int_in(c.get(k), 0, MAX_BYTES, f"bytes.{direction}.{k}") for k in ("raw", "wire"))
+        messages = _int_in(c.get("messages", 0), 0, MAX_BYTES, f"bytes.{direction}.messages")
+        if messages == 0 and (raw or wire):
+            raise RecordError(f"bytes.{direction}: {raw} raw / {wire} wire bytes in 0 messages")
+        if messages > wire:
+            raise RecordError(f"bytes.{direction}: {messages} messages cannot fit in {wire} wire bytes")
+    per_boundary = record.get("bytes_per_boundary") or {}
+    if not isinstance(per_boundary, dict):
+        raise RecordError("bytes_per_boundary must be an object")
+    for direction in ("forward", "backward"):
+        parts = [v for k, v in per_boundary.items() if k.endswith("." + direction)]
+        if not parts or direction not in counts:
+            continue
+        for field in ("raw", "wire"):
+            total = sum(p.get(field, 0) if isinstance(p, dict) and isinstance(p.get(field), int) else 0 for p in parts)
+            if total != counts[direction][field]:
+                raise RecordError(
+                    f"bytes_per_boundary *.{direction} {field} bytes add up to {total}, "
+                    f"but bytes.{direction}.{field} is {counts[direction][field]}"
+                )
+    bps = record["bytes_per_step"]
+    derived = {d: c["wire"] / steps for d, c in counts.items()}
+    for d, v in bps.items():
+        if d not in derived:
+            raise RecordError(f"bytes_per_step.{d} has no byte count in bytes.{d}")
+        _num_in(v, 0.0, float(MAX_BYTES), f"bytes_per_step.{d}")
+        if abs(v - derived[d]) > 1e-6 * max(1.0, derived[d]):
+            raise RecordError(
+                f"bytes_per_step.{d} = {v!r} but bytes.{d}.wire / run.steps = {derived[d]!r}: "
+                "bytes per step are derived from the counted bytes, not claimed"
+            )

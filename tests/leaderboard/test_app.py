@@ -71,7 +71,7 @@ def test_filters_change_the_ranking(app):
 
     app.selectbox(key="task").select("shakespeare").run()
     shake = _ranking(app)
-    assert "perplexity" in shake.columns and "hostile-entry" not in set(shake.entry)
+    assert "val_loss" in shake.columns and "hostile-entry" not in set(shake.entry)
 
 
 def test_hostile_text_only_appears_as_text(app, lb, records_dir):
@@ -116,7 +116,7 @@ def test_results_store_source(monkeypatch, tmp_path, lb):
     store = lb.write_jsonl(tmp_path / "store.jsonl", lb.make_records(tasks=("shakespeare",)))
     at = _app(monkeypatch, results=store)
     table = _ranking(at)
-    assert set(table.entry) == {"local"} and "perplexity" in table.columns
+    assert set(table.entry) == {"local"} and "val_loss" in table.columns
 
 
 def test_record_warnings_are_flagged_in_the_table_and_listed_in_the_detail(monkeypatch, tmp_path, lb):
