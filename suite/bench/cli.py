@@ -164,6 +164,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         for c in cells:
             print(f"{c.test_id}  [{c.config.key()}]  {cell_state(c, done)}")
         return EXIT_OK
+    if todo:
+        store.check_writable()  # a read-only or unwritable location: one line now, not after the first cell
     outcomes = run_cells(cells, store, progress=not args.no_progress)
     counts: dict[str, int] = {}
     for o in outcomes:

@@ -90,9 +90,15 @@ def mpcbench_dry_run(request: pytest.FixtureRequest) -> bool:
 @pytest.fixture(scope="session")
 def mpcbench_store(request: pytest.FixtureRequest):
     """The results store named by ``--results`` (relative to where pytest was started)."""
-    from .store import ResultsStore
+    from .store import ResultsStore, StoreError
 
-    return ResultsStore(_store_path(request.config))
+    try:
+        store = ResultsStore(_store_path(request.config))
+        if not request.config.option.mpcbench_dry_run:
+            store.check_writable()  # a read-only location: one line per cell, before any cell runs
+    except StoreError as e:
+        pytest.fail(str(e), pytrace=False)
+    return store
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:

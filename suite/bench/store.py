@@ -1,11 +1,14 @@
 """The results store: an append-only JSON Lines file, one ``mpcbench.record/1`` per line.
 
-``pandas.read_json(path, lines=True)`` reads it. Every append rewrites the whole file into
-a temporary file in the same directory, fsyncs it and ``os.replace``s it over the store,
-under an exclusive ``fcntl`` lock on ``<store>.lock``: a process killed at any instant
-(SIGKILL included) leaves either the old or the new file, never a torn line, and two
-runners appending at once never lose each other's records. The existing bytes are copied
-verbatim, so a line this version cannot parse is kept for a human to look at, not dropped.
+``pandas.read_json(path, lines=True)`` reads it. An append writes one line to the end of the
+file (``O_APPEND``) and fsyncs it, under an exclusive ``fcntl`` lock on ``<store>.lock``, so two
+runners appending at once never lose each other's records, and nothing already stored is ever
+rewritten: an append needs free space for its own line only. A process killed mid-write can
+leave a torn last line; readers skip it (one problem line) and the next append starts a new
+line after it, so the damage is that one record. When the disk is full or the location is not
+writable, the append removes its partial line again and raises :class:`StoreError` with one
+line saying so and that the records finished before are safe. Lines this version cannot parse
+are kept for a human to look at, never dropped.
 
 A rerun skips cells whose ``cell_key`` already has an ``ok`` record (:meth:`done_keys`);
 failed and timed-out cells are retried, and the newest record of a key wins in reports.
@@ -14,11 +17,11 @@ failed and timed-out cells are retried, and the newest record of a key wins in r
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -109,43 +112,69 @@ class ResultsStore:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_path, "a") as lock:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            lock = open(self.lock_path, "a")
+        except OSError as e:
+            raise StoreError(self._unwritable(e)) from None
+        with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
+    def _unwritable(self, e: OSError, what: str = "") -> str:
+        """One line for an OSError while writing: disk full, read-only or forbidden location, other."""
+        where = f"results store {self.path}"
+        safe = "the records finished before are safe in it" if self.path.exists() else "nothing was stored"
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return f"disk full: could not append {what or 'a record'} to {where}; {safe}: free space and rerun to resume"
+        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            reason = "read-only file system" if e.errno == errno.EROFS else "permission denied"
+            return f"{where} is not writable ({reason}); pass --results PATH in a writable folder"
+        return f"cannot write {where}: {e.strerror or e} (errno {e.errno}); {safe}"
+
+    def check_writable(self) -> None:
+        """Raise :class:`StoreError` (one line) now, before any cell runs, if the store cannot be written."""
+        with self._locked():
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                os.close(fd)
+            except OSError as e:
+                raise StoreError(self._unwritable(e)) from None
+
     def append(self, record: dict[str, Any]) -> None:
-        """Validate ``record`` and append it atomically (see the module docstring)."""
+        """Validate ``record`` and append it as one line (see the module docstring)."""
         clean = _finite_or_none(record)
         try:
             validate_record(clean)
         except RecordError as e:
             raise StoreError(f"refusing to store an invalid record ({record.get('cell_id', '?')}): {e}") from None
         line = (dump_record(clean) + "\n").encode("utf-8")
+        what = f"the record of {record.get('cell_id', '?')}"
         with self._locked():
-            old = self.path.read_bytes() if self.path.exists() else b""
-            if old and not old.endswith(b"\n"):
-                old += b"\n"  # a foreign writer left no newline: keep its line whole
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+            created = not self.path.exists()
             try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(old)
-                    f.write(line)
-                    f.flush()
-                    os.fsync(f.fileno())
-                if self.path.exists():
-                    os.chmod(tmp, self.path.stat().st_mode & 0o777)
-                else:
-                    os.chmod(tmp, 0o644)
-                os.replace(tmp, self.path)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                raise
-            _fsync_dir(self.path.parent)
+                fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise StoreError(self._unwritable(e, what)) from None
+            try:
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    line = b"\n" + line  # a torn or foreign last line stays whole; ours starts fresh
+                try:
+                    _write_all(fd, line)
+                    os.fsync(fd)
+                except OSError as e:
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, size)  # drop our partial line: the store is as before
+                        os.fsync(fd)
+                    raise StoreError(self._unwritable(e, what)) from None
+            finally:
+                os.close(fd)
+            if created:
+                _fsync_dir(self.path.parent)
 
     def records(self) -> list[dict[str, Any]]:
         """Every valid record, oldest first (invalid lines are skipped; see :meth:`problems`)."""
@@ -160,6 +189,12 @@ class ResultsStore:
 
     def __len__(self) -> int:
         return len(self.records())
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _fsync_dir(d: Path) -> None:

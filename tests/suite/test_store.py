@@ -155,3 +155,104 @@ def test_sigkill_during_appends_leaves_a_valid_store(tmp_path):
     # a later append still works (the lock was released by the kernel)
     ResultsStore(path).append(_record(999))
     assert read_jsonl(path)[0][-1]["seed"] == 999
+
+
+# --------------------------------------------------------------------------- issue 12: A10 full disk, A11 read-only
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 64 KiB tmpfs (a disk that fills up for real); skipped where mounting is not allowed."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
+                                           capture_output=True).returncode != 0:  # fmt: skip
+        pytest.skip("needs root and mount(8) for a small tmpfs (the simulated test below runs everywhere)")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a10_full_disk_loses_only_the_record_being_written(small_tmpfs):
+    """Before: every append rewrote the whole store into a temp file, so a store larger than half the free
+    space could not take another record, and the cell's record was lost with a raw OSError traceback."""
+    store = ResultsStore(small_tmpfs / "store.jsonl")
+    n = 0
+    with pytest.raises(StoreError) as info:
+        for n in range(10_000):
+            store.append(_record(n))
+    msg = str(info.value)
+    assert "\n" not in msg and msg.startswith("disk full: could not append the record of ") and "finished before are safe" in msg
+    records, problems = read_jsonl(store.path)
+    assert problems == [] and [r["seed"] for r in records] == list(range(n))  # every earlier record, no torn line
+    assert n > 20  # the store filled most of the disk: appends need room for one line, not a copy of the store
+
+
+def test_a10_write_error_mid_line_leaves_the_store_as_before(tmp_path, monkeypatch):
+    """The same without a mount: the disk fills up half-way through the line."""
+    import errno
+
+    from suite.bench import store as store_mod
+
+    store = ResultsStore(tmp_path / "store.jsonl")
+    store.append(_record(0))
+    before = store.path.read_bytes()
+    real_write = os.write
+
+    def half_then_full(fd, data):
+        if len(data) > 100:
+            real_write(fd, bytes(data[:100]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(store_mod.os, "write", half_then_full)
+    with pytest.raises(StoreError, match="disk full"):
+        store.append(_record(1))
+    monkeypatch.undo()
+    assert store.path.read_bytes() == before
+    store.append(_record(2))
+    assert [r["seed"] for r in store.records()] == [0, 2]
+
+
+def test_torn_last_line_stays_whole_and_the_next_record_starts_a_new_line(tmp_path):
+    store = ResultsStore(tmp_path / "store.jsonl")
+    store.append(_record(0))
+    with open(store.path, "ab") as f:
+        f.write(b'{"schema": "mpcbench.rec')  # a writer killed mid-line
+    store.append(_record(1))
+    records, problems = read_jsonl(store.path)
+    assert [r["seed"] for r in records] == [0, 1] and len(problems) == 1 and problems[0].startswith("line 2:")
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A folder nobody can write: a read-only tmpfs as root (chmod does not stop root), else chmod 0555."""
+    d = tmp_path / "ro"
+    d.mkdir()
+    (d / "store.jsonl").write_text(dump_record(_record(0)) + "\n")
+    mounted = False
+    if os.geteuid() == 0:
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(d)], capture_output=True).returncode == 0
+        if not mounted:
+            pytest.skip("running as root without mount(8): cannot make a read-only folder")
+    else:
+        d.chmod(0o555)
+    yield d
+    if mounted:
+        subprocess.run(["umount", "-l", str(d)], check=False)
+    else:
+        d.chmod(0o755)
+
+
+def test_a11_read_only_location_is_one_line_before_any_cell_runs(read_only_dir, tmp_path):
+    """Before: ``mpcbench run`` ended in a raw ``OSError: [Errno 30]`` traceback."""
+    store = ResultsStore(read_only_dir / "sub" / "store.jsonl")
+    with pytest.raises(StoreError, match=r"is not writable \((read-only file system|permission denied)\); pass --results"):
+        store.check_writable()
+    with pytest.raises(StoreError, match="is not writable"):
+        store.append(_record(1))
+    r = subprocess.run(
+        [sys.executable, "-m", "suite", "run", "--tier", "smoke", "--task", "cifar10", "--compressor", "none",
+         "--no-progress", "--results", str(read_only_dir / "store.jsonl")],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    err = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert err[-1].startswith("mpcbench: error: results store ") and "is not writable" in err[-1]
