@@ -21,7 +21,7 @@ from compressors.api import CompressorError
 from suite.pipeline.config import MODES, ROLE_OF_DIRECTION, CellConfig, CompressionPlan, ConfigError
 
 from .matrix_file import MATRIX_PATH, Entry, Matrix, MatrixError, Tier, load_matrix, parse_seeds
-from .options import RUN_OPTIONS, Selection
+from .options import MAX_CELLS, RUN_OPTIONS, Selection, check_cell_timeout
 from .plugins import Plugins
 
 __all__ = [
@@ -122,8 +122,8 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
     tier = matrix.tier(sel.tier)
     if sel.mode not in MODES:
         raise MatrixError(f"unknown mode {sel.mode!r}; valid modes: {', '.join(MODES)}")
-    if sel.cell_timeout_s is not None and sel.cell_timeout_s <= 0:
-        raise MatrixError(f"--cell-timeout must be a positive number of seconds, got {sel.cell_timeout_s!r}")
+    if sel.cell_timeout_s is not None:
+        check_cell_timeout(sel.cell_timeout_s, "--cell-timeout")  # also for a Selection built by hand
     plugins = Plugins.load(sel.plugins)
 
     # tasks: the tier's, or the user's (which may come from a plugin)
@@ -165,6 +165,11 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
             ]
     seeds = sel.seeds if sel.seeds is not None else tier.seeds
     timeout = sel.cell_timeout_s if sel.cell_timeout_s is not None else tier.cell_timeout_s
+    if len(tasks) * len(entries) * len(seeds) > MAX_CELLS:  # before building any of them
+        raise MatrixError(
+            f"{len(tasks)} task(s) x {len(entries)} compressor entries x {len(seeds)} seed(s) is more than "
+            f"{MAX_CELLS} cells; select fewer (--task, --compressor, --seeds) or split the run"
+        )
     known = set(available())
     entry_point_errors = plugin_errors()
 

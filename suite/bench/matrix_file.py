@@ -81,30 +81,53 @@ class Matrix:
 
 # --------------------------------------------------------------------------- loading
 def parse_seeds(value: Any, where: str = "seeds") -> tuple[int, ...]:
-    """Seeds as a count (``3`` -> 0, 1, 2), a list (``[0, 4]``, ``"0,4"``) or a range (``"2:5"``)."""
+    """Seeds as a count (``3`` -> 0, 1, 2), a list (``[0, 4]``, ``"0,4"``) or a range (``"2:5"``);
+    at most ``MAX_SEEDS`` of them, each at most ``MAX_SEED`` (checked before any list is built)."""
+    from suite.results.records import MAX_SEED
+
+    from .options import MAX_SEEDS
+
+    def bounded(n: int) -> None:
+        if n > MAX_SEEDS:
+            raise MatrixError(f"{where}: {value!r} asks for {n} seeds; at most {MAX_SEEDS} per run (split the run)")
+
     try:
         if isinstance(value, bool):
             raise ValueError
         if isinstance(value, int):
             if value < 1:
                 raise ValueError
+            bounded(value)
             return tuple(range(value))
         if isinstance(value, (list, tuple)):
+            bounded(len(value))
             seeds = [int(s) if not isinstance(s, bool) and float(s) == int(s) else _bad() for s in value]
         elif isinstance(value, str):
             text = value.strip()
+            if len(text) > 20 * MAX_SEEDS:
+                bounded(text.count(",") + 1)
             if ":" in text:
                 lo, hi = (int(x) for x in text.split(":"))
+                bounded(hi - lo)
                 seeds = list(range(lo, hi))
             elif "," in text:
                 seeds = [int(x) for x in text.split(",") if x.strip()]
             else:
-                return parse_seeds(int(text), where)
+                n = int(text)
+                if n < 1:
+                    raise ValueError
+                bounded(n)
+                return tuple(range(n))
         else:
             raise ValueError
         if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
             raise ValueError
+        bounded(len(seeds))
+        if max(seeds) > MAX_SEED:
+            raise MatrixError(f"{where}: seed {max(seeds)} is over the limit of {MAX_SEED}")
         return tuple(seeds)
+    except MatrixError:
+        raise
     except (ValueError, TypeError):
         raise MatrixError(
             f"{where}: {value!r} is not a seed count (3 = seeds 0,1,2), a list (0,4,7) or a range (2:5) "
@@ -178,8 +201,10 @@ def _tier(name: str, raw: Any, where: str) -> Tier:
         raise MatrixError(f"{where}.compressors must be a non-empty list of entries")
     entries = tuple(_entry(c, f"{where}.compressors[{i}]") for i, c in enumerate(comps))
     timeout = raw.get("cell_timeout_s")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
-        raise MatrixError(f"{where}.cell_timeout_s must be a positive number of seconds, got {timeout!r}")
+    if timeout is not None:
+        from .options import check_cell_timeout
+
+        check_cell_timeout(timeout, f"{where}.cell_timeout_s")
     settings = raw.get("settings") or {}
     if not isinstance(settings, dict):
         raise MatrixError(f"{where}.settings must be a mapping")

@@ -32,6 +32,10 @@ __all__ = ["Choices", "Option", "RUN_OPTIONS", "Selection", "selection_from", "a
            "values_from_pytest", "PYTEST_DEST_PREFIX", "DEFAULT_STORE"]  # fmt: skip
 
 PYTEST_DEST_PREFIX = "mpcbench_"  # pytest's namespace is shared with other plugins
+# Bounds on what one command may ask for (each refused with one line before anything runs):
+MAX_SEEDS = 1000  # seeds per run (a seed itself is at most suite.results.records.MAX_SEED)
+MAX_CELLS = 10_000  # cells one run plans (the full matrix is a few hundred)
+MAX_CELL_TIMEOUT_S = 7 * 24 * 3600.0  # a finite limit: nan or inf would silently mean "no limit"
 
 
 class Choices:
@@ -148,6 +152,23 @@ def _seeds(value: str, base: Path) -> tuple[int, ...]:
     return parse_seeds(value, "--seeds")
 
 
+def _cell_timeout(value: float, base: Path) -> float:
+    return check_cell_timeout(value, "--cell-timeout")
+
+
+def check_cell_timeout(value: Any, where: str) -> float:
+    """A per-cell time limit: a finite number of seconds in (0, MAX_CELL_TIMEOUT_S] (nan and inf refused:
+    either would disable the limit without saying so); raises ``MatrixError`` with one line."""
+    import math
+
+    from .matrix_file import MatrixError
+
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not 0 < value <= MAX_CELL_TIMEOUT_S:
+        raise MatrixError(f"{where} must be a finite number of seconds in (0, {MAX_CELL_TIMEOUT_S:g}], got {value!r}")
+    return float(value)
+
+
 SCHEDULE_CHOICES, MODE_CHOICES, DEVICE_CHOICES = Choices(_schedules), Choices(_modes), Choices(_devices)
 
 RUN_OPTIONS: tuple[Option, ...] = (
@@ -175,7 +196,8 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option("--plugin", "plugins", repeat=True, convert=_plugin,
            help="plugin module or .py file to import first (repeatable)"),  # fmt: skip
     Option("--data-dir", "data_dir", convert=_path, help="data directory (default $MPCBENCH_DATA_DIR, else ../shared/data)"),
-    Option("--cell-timeout", "cell_timeout_s", float, help="per-cell time limit in seconds (default: the tier's)"),
+    Option("--cell-timeout", "cell_timeout_s", float, convert=_cell_timeout,
+           help="per-cell time limit in seconds, finite and at most 7 days (default: the tier's)"),  # fmt: skip
     Option("--no-baseline", "baseline", bool, convert=_not, field_default=True,
            help="with --compressor/--forward: do not add the 'none' baseline"),  # fmt: skip
     Option("--matrix", "matrix_path", convert=_path, help="matrix YAML (default suite/bench/matrix.yaml)"),

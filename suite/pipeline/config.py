@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from compressors.api import CompressorError, TensorRole
+from suite.results.records import MAX_SEED
 
 from .schedules import SCHEDULES, build_schedule
 
@@ -209,6 +210,8 @@ class CellConfig:
         for name, v, lo in (("dp", self.dp, 1), ("seed", self.seed, 0), ("compress_warmup_steps", self.compress_warmup_steps, 0)):
             if not isinstance(v, int) or v < lo:
                 raise ConfigError(f"{name}={v!r} must be an integer >= {lo}")
+        if self.seed > MAX_SEED:  # records refuse larger seeds (suite.results.records)
+            raise ConfigError(f"seed={self.seed} is over the limit of {MAX_SEED}")
         if self.microbatches is not None and (not isinstance(self.microbatches, int) or self.microbatches < 1):
             raise ConfigError(f"microbatches={self.microbatches!r} must be an integer >= 1")
         budget = cls.tiers[self.tier]

@@ -69,7 +69,16 @@ CLI_CASES = [
     ("replicas zero", ["--task", "tiny", "--dp-size", "0"], "dp=0 must be an integer >= 1"),
     ("microbatches not dividing the batch", ["--task", "tiny", "--microbatches", "5"], "microbatches=5 does not divide the smoke batch size 16 of task 'tiny'"),
     ("negative seeds", ["--task", "tiny", "--seeds", "-1"], "--seeds: '-1' is not a seed count"),
-    ("negative time limit", ["--task", "tiny", "--cell-timeout", "-5"], "--cell-timeout must be a positive number of seconds, got -5.0"),
+    ("negative time limit", ["--task", "tiny", "--cell-timeout", "-5"], "--cell-timeout must be a finite number of seconds in (0, 604800], got -5.0"),
+    # issue 12, A12: nan and inf silently disabled the cell time limit
+    ("A12 time limit nan", ["--task", "tiny", "--cell-timeout", "nan"], "--cell-timeout must be a finite number of seconds in (0, 604800], got nan"),
+    ("A12 time limit inf", ["--task", "tiny", "--cell-timeout", "inf"], "--cell-timeout must be a finite number of seconds in (0, 604800], got inf"),
+    # issue 12, A14: a billion seeds was built as a list (killed by the OOM killer)
+    ("A14 a billion seeds", ["--task", "tiny", "--seeds", "1000000000"], "--seeds: '1000000000' asks for 1000000000 seeds; at most 1000 per run"),
+    ("A14 a million-seed range", ["--task", "tiny", "--seeds", "0:1000000"], "--seeds: '0:1000000' asks for 1000000 seeds; at most 1000 per run"),
+    ("A14 seed too large", ["--task", "tiny", "--seeds", "5,99999999999"], "--seeds: seed 99999999999 is over the limit of 2147483647"),
+    ("A14 too many cells", ["--task", "tiny", "--seeds", "1000", *[a for b in range(11) for a in ("--compressor", f"topk(ratio=0.{b + 1:02d})")]],
+     "1 task(s) x 12 compressor entries x 1000 seed(s) is more than 10000 cells"),
     ("unknown tier", ["--task", "tiny", "--tier", "huge"], "unknown tier 'huge'; valid tiers: smoke, quick, gpu, full"),
 ]  # fmt: skip
 
@@ -103,7 +112,12 @@ MATRIX_CASES = [
     ("negative seeds", b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: -2, compressors: [none]}\n",
      "tiers.smoke.seeds: -2 is not a seed count"),
     ("negative time limit", b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, cell_timeout_s: -1, compressors: [none]}\n",
-     "tiers.smoke.cell_timeout_s must be a positive number of seconds, got -1"),
+     "tiers.smoke.cell_timeout_s must be a finite number of seconds in (0, 604800], got -1"),
+    # issue 12, A15: 'seeds: "0:1000000"' made `mpcbench validate` and planning run for minutes
+    ("A15 a million seeds in the matrix", b'schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: "0:1000000", compressors: [none]}\n',
+     "tiers.smoke.seeds: '0:1000000' asks for 1000000 seeds; at most 1000 per run"),
+    ("A12 time limit .inf in the matrix", b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, cell_timeout_s: .inf, compressors: [none]}\n",
+     "tiers.smoke.cell_timeout_s must be a finite number of seconds in (0, 604800], got inf"),
     ("stages out of range", b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [none], settings: {stages: 9}}\n",
      "task 'tiny' cannot be split into 9 stages"),
     ("microbatches not dividing", b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [none], settings: {microbatches: 3}}\n",
@@ -145,6 +159,7 @@ def test_pytest_entry_reports_a_bad_matrix_in_one_line(pytester, tally):
         ({"device": "tpu"}, "unknown device 'tpu'; valid devices: cpu, cuda, auto"),
         ({"mode": "mpi"}, "unknown mode 'mpi'; valid modes: single, torchrun"),
         ({"seed": -1}, "seed=-1 must be an integer >= 0"),
+        ({"seed": 10**18}, "seed=1000000000000000000 is over the limit of 2147483647"),
         ({"tier": "huge"}, "unknown tier 'huge'; valid tiers: smoke, quick, gpu, full"),
         ({"plugins": ("/nonexistent/plugin.py",)}, "plugin '/nonexistent/plugin.py' failed to import: FileNotFoundError"),
     ],

@@ -192,7 +192,7 @@ def test_broken_plugin_fails_only_its_cells(tmp_path):
         ("schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [{forward: 3}]}\n",
          "a spec must be a string"),
         ("schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [none], cell_timeout_s: -1}\n",
-         "cell_timeout_s must be a positive number"),
+         "cell_timeout_s must be a finite number of seconds in (0, 604800]"),
         ("schema: mpcbench.matrix/1\ntiers:\n  smoke: !!python/object:os.system {}\n", "malformed YAML"),
     ],
 )  # fmt: skip
@@ -217,7 +217,7 @@ def test_malformed_matrix_one_line_error(tmp_path, text, expected):
         (dict(stages=7), "cannot be split into 7 stages"),
         (dict(schedule="zigzag"), "unknown schedule 'zigzag'"),
         (dict(mode="mpi"), "unknown mode 'mpi'"),
-        (dict(cell_timeout_s=0.0), "--cell-timeout must be a positive number"),
+        (dict(cell_timeout_s=0.0), "--cell-timeout must be a finite number of seconds in (0, 604800]"),
     ],
 )
 def test_bad_selection_one_line_error(tmp_path, kw, expected):
