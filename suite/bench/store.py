@@ -22,6 +22,7 @@ import fcntl
 import json
 import math
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -139,8 +140,12 @@ class ResultsStore:
         """Raise :class:`StoreError` (one line) now, before any cell runs, if the store cannot be written."""
         with self._locked():
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                os.close(fd)
+                if self.path.exists():
+                    os.close(os.open(self.path, os.O_WRONLY | os.O_APPEND))
+                else:  # do not create the store itself: a run that stores nothing leaves none
+                    fd, probe = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".probe", dir=self.path.parent)
+                    os.close(fd)
+                    os.unlink(probe)
             except OSError as e:
                 raise StoreError(self._unwritable(e)) from None
 
