@@ -47,7 +47,7 @@ def make_record(task: str = "cifar10", compressor: str = "none", seed: int = 0, 
     metric, hib, target, base, steps = TASKS.get(task, ("accuracy", True, 0.5, 0.6, 200))
     frac, dq, steps_to_target, compress_s = COMPRESSORS.get(compressor, (0.5, 0.0, 120, 0.005))
     noise = (int(_hex(compressor, seed)[:4], 16) % 9 - 4) / 1000  # deterministic, within +-0.004
-    sign = 1 if hib else -10  # perplexity moves ~10x more than accuracy
+    sign = 1 if hib else -10  # the loss moves ~10x more than accuracy
     quality = base + sign * (dq + noise)
     raw = RAW_PER_STEP * steps
     wire = int(raw * frac)

@@ -237,7 +237,7 @@ def test_filters_live_in_the_url(monkeypatch, records_dir):
     assert not at.exception
     assert at.selectbox(key="task").value == "shakespeare" and at.selectbox(key="rule").value == "pareto"
     assert at.selectbox(key="network").value == "80Mbps"
-    assert "perplexity (no compression at eval)" in _ranking(at).columns
+    assert "val_loss (no compression at eval)" in _ranking(at).columns
     at.selectbox(key="direction").select("forward").run()
     assert at.query_params["direction"] == ["forward"] or at.query_params["direction"] == "forward"
 
