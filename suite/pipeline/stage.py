@@ -129,9 +129,18 @@ class Stage:
                 torch.cuda.set_rng_state(outer_cuda, self.device)
 
     # --- schedule actions --------------------------------------------------------------------
+    @contextmanager
+    def _action(self, label: str) -> Iterator[None]:
+        """Charge the clock's sections to schedule action ``label`` (the network model's inputs)."""
+        self.clock.action = label
+        try:
+            yield
+        finally:
+            self.clock.action = None
+
     def forward(self, m: int, batch: Batch, micro: Micro) -> None:
         """F(m): receive (or read) the input, run the module, send (or compute the loss)."""
-        with self.own_rng():
+        with self.own_rng(), self._action(f"F{m}"):
             if self.upstream is not None:
                 x, received = self.upstream.receive_activation(micro)
             else:
@@ -150,7 +159,7 @@ class Stage:
     def backward(self, m: int, micro: Micro) -> None:
         """B(m): receive the output gradient (or start from the loss), backpropagate, send."""
         out, received = self._saved.pop(m)
-        with self.own_rng():
+        with self.own_rng(), self._action(f"B{m}"):
             if self.is_last:
                 roots, grads = (out,), None
             else:

@@ -12,17 +12,33 @@ Conventions (docs/ARCHITECTURE.md, "Byte accounting" and "Time"):
 
 from __future__ import annotations
 
+import os
 from statistics import fmean
 from typing import Any
 
 from .accounting import ByteMeter, boundary_key, dp_key
 from .config import CellConfig
-from suite.results.network import DPLoad, LinkLoad, StageCost, StepLoad, TimingInputs, encode_steps, model_run
+from suite.results.network import (
+    PROTOCOLS,
+    ActionCost,
+    DPLoad,
+    LinkLoad,
+    StageCost,
+    StepLoad,
+    TimingInputs,
+    encode_steps,
+    interpolate_target_step,
+    model_run,
+    quantile,
+)
 from .result import EvalPoint, RunResult, TimeSplit
 from .schedules import pipeline_ranks, rank_of_stage
 from .timing import SECTIONS
 
-__all__ = ["summarize", "timing_inputs"]
+__all__ = ["summarize", "timing_inputs", "stage_costs", "ROBUST_QUANTILE", "CONTENDED_CPU_SHARE"]
+
+ROBUST_QUANTILE = 0.25  # per-action costs for the model: a low quantile is what an unloaded machine does
+CONTENDED_CPU_SHARE = 0.8  # a rank that got less CPU than this share of its wall time was waiting for a core
 
 
 def _measured(steps: int) -> range:
@@ -43,10 +59,60 @@ def _stage_rows(reports: list[dict[str, Any]], n_stages: int, steps: int) -> lis
     return rows
 
 
-def timing_inputs(config: CellConfig, meter: ByteMeter, rows: list[dict[str, float]], steps: int, micro: int) -> TimingInputs:
-    """What the network model needs: per-stage costs and per-step per-link loads of one replica."""
+def stage_costs(reports: list[dict[str, Any]], n_stages: int, steps: int, stat) -> list[StageCost]:
+    """Per stage and action kind, ``stat`` over (measured steps x micro-batches x replicas) of
+    the action's decompress / compute / compress seconds; the optimizer per step likewise."""
+    out = []
+    for s in range(n_stages):
+        samples: dict[str, list[list[float]]] = {}
+        opt: list[float] = []
+        for r in reports:
+            steps_of = r.get("action_clocks", {}).get(str(s))
+            if steps_of is None:
+                continue
+            for i in _measured(steps):
+                for label, row in steps_of[i].items():
+                    samples.setdefault(label.rstrip("0123456789"), []).append(row)
+                opt.append(r["clocks"][str(s)][i]["optimizer"])
+        actions = {k: ActionCost(*(stat([row[j] for row in rows]) for j in range(3))) for k, rows in samples.items()}
+        out.append(StageCost(actions, stat(opt) if opt else 0.0))
+    return out
+
+
+def _measurement(reports: list[dict[str, Any]], steps: int) -> dict[str, Any]:
+    """How loaded the machine was while the costs were measured: load averages, each rank's
+    CPU seconds per wall second of its steps, and a ``contended`` flag."""
+    shares = []
+    for r in reports:
+        idx = list(_measured(steps))
+        wall = sum(r["step_walls"][i] for i in idx)
+        cpu = sum(r.get("step_cpus", [0.0] * steps)[i] for i in idx)
+        shares.append(cpu / wall if wall > 0 else 0.0)
+    loads = [x for r in reports for x in r.get("loadavg", []) if x is not None]
+    return {
+        "loadavg": [min(loads), max(loads)] if loads else None,
+        "cpu_per_wall": [round(x, 4) for x in shares],
+        "cpus": os.cpu_count(),
+        "processes": len(reports),
+        # one rank at a time can leave its core idle (waiting for a peer), so only the busiest rank counts
+        "contended": bool(shares) and max(shares) < CONTENDED_CPU_SHARE,
+    }
+
+
+def timing_inputs(
+    config: CellConfig,
+    meter: ByteMeter,
+    reports: list[dict[str, Any]],
+    steps: int,
+    micro: int,
+    target_step: float | None = None,
+) -> TimingInputs:
+    """What the network model needs: the action lists, per-action costs, per-step per-link
+    loads of one replica, the transport's protocol and the measurement conditions."""
     S, D, M = config.n_stages, config.dp, micro
-    stage_costs = [StageCost(r["compute_s"] / M, r["compress_s"] / M, r["optimizer_s"]) for r in rows]
+    schedule = [list(acts) for acts in reports[0]["schedule"]]  # every rank reports the whole schedule
+    robust = stage_costs(reports, S, steps, lambda v: quantile(v, ROBUST_QUANTILE))
+    mean = stage_costs(reports, S, steps, fmean)
     per = {}
     for b in range(S - 1):
         for d in ("forward", "backward"):
@@ -79,7 +145,19 @@ def timing_inputs(config: CellConfig, meter: ByteMeter, rows: list[dict[str, flo
         loads.append(StepLoad(links, dp))
     warmup = min(config.compress_warmup_steps, steps)
     distinct, counts = encode_steps(loads, warmup)
-    return TimingInputs(stage_costs, distinct, M, D, warmup_steps=warmup, counts=counts)
+    return TimingInputs(
+        schedule=schedule,
+        stages=robust,
+        steps=distinct,
+        microbatches=M,
+        replicas=D,
+        protocol=PROTOCOLS[reports[0].get("protocol", "length_prefix")],
+        mean_stages=mean,
+        warmup_steps=warmup,
+        counts=counts,
+        target_step=target_step,
+        measurement=_measurement(reports, steps),
+    )
 
 
 def summarize(config: CellConfig, reports: list[dict[str, Any]]) -> RunResult:
@@ -102,6 +180,7 @@ def summarize(config: CellConfig, reports: list[dict[str, Any]]) -> RunResult:
         prev = k
     target, hib = task["target"], task["higher_is_better"]
     reached = next((p.step for p in curve if (p.metric >= target if hib else p.metric <= target)), None)
+    target_step = interpolate_target_step([(p.step, p.metric) for p in curve], target, hib)
 
     # --- time ----------------------------------------------------------------------------------------
     rows = _stage_rows(reports, S, steps)
@@ -120,7 +199,7 @@ def summarize(config: CellConfig, reports: list[dict[str, Any]]) -> RunResult:
         total_train_s=sum(walls),
         total_eval_s=max(r["eval_s"] for r in reports),
     )
-    inputs = timing_inputs(config, meter, rows, steps, M)
+    inputs = timing_inputs(config, meter, reports, steps, M, target_step)
 
     # --- bytes -------------------------------------------------------------------------------------------
     by_dir = meter.by_direction()
@@ -137,7 +216,7 @@ def summarize(config: CellConfig, reports: list[dict[str, Any]]) -> RunResult:
         bytes_per_boundary=meter.by_boundary(),
         bytes_per_step={d: c.wire / steps for d, c in by_dir.items()},
         time=split,
-        modeled=model_run(inputs, reached_target_step=reached),
+        modeled=model_run(inputs),
         steps=steps,
         n_stages=S,
         dp=D,

@@ -57,6 +57,13 @@ class Clock:
         self.current: dict[str, float] = defaultdict(float)
         self.steps: list[dict[str, float]] = []  # one dict per finished step
         self.counts: dict[str, int] = defaultdict(int)
+        # per schedule action (the network model's inputs): the action being run ("F3"), set by
+        # the stage; per step, action -> [pre, compute, post] exclusive seconds, where "pre" is
+        # the compression before the action's compute (decompressing what it received), "post"
+        # the compression and send-side transport work after it; receive waits are left out.
+        self.action: str | None = None
+        self.current_actions: dict[str, list[float]] = {}
+        self.action_steps: list[dict[str, list[float]]] = []
 
     @property
     def uses_events(self) -> bool:
@@ -92,9 +99,25 @@ class Clock:
         for sec in self._closed:  # children were closed before their parents; subtract them
             if sec.parent is not None:
                 sec.parent.child += sec.elapsed
+        computed: set[str] = set()  # actions whose compute section has closed (close order)
         for sec in self._closed:
-            self.current[sec.name] += sec.elapsed - sec.child
+            own = sec.elapsed - sec.child
+            self.current[sec.name] += own
+            if sec.action is not None:
+                self._charge_action(sec, own, computed)
         self._closed = []
+
+    def _charge_action(self, sec: "_Section", own: float, computed: set[str]) -> None:
+        row = self.current_actions.setdefault(sec.action, [0.0, 0.0, 0.0])
+        if sec.parent is not None or sec.name in ("compute", "optimizer"):
+            if sec.name != "comm":  # nested work (a data-parallel hook inside the backward) is compute
+                row[1] += own
+            if sec.name == "compute" and sec.parent is None:
+                computed.add(sec.action)
+        elif sec.action in computed:
+            row[2] += own  # compression / framing of what the action sends
+        elif sec.name == "compress":
+            row[0] += own  # decompression of what it received (the receive's wait is excluded)
 
     def snapshot(self, wall_s: float) -> dict[str, float]:
         """Close the current step: store its per-section seconds and its wall time."""
@@ -103,12 +126,15 @@ class Clock:
         row["step"] = float(wall_s)
         self.steps.append(row)
         self.current = defaultdict(float)
+        self.action_steps.append(self.current_actions)
+        self.current_actions = {}
         return row
 
     def discard(self) -> None:
         """Drop what was timed since the last snapshot (evaluation)."""
         self._closed = []  # never resolved: their events are not reused
         self.current = defaultdict(float)
+        self.current_actions = {}
 
 
 class _Section:
@@ -117,7 +143,7 @@ class _Section:
     Closed sections wait in ``clock._closed`` until the step ends; ``start``/``end`` are host
     seconds or CUDA events, ``child`` the time of the sections nested in it."""
 
-    __slots__ = ("clock", "name", "start", "end", "parent", "child", "elapsed")
+    __slots__ = ("clock", "name", "start", "end", "parent", "child", "elapsed", "action")
 
     def __init__(self, clock: Clock, name: str) -> None:
         self.clock, self.name = clock, name
@@ -126,6 +152,7 @@ class _Section:
         c = self.clock
         self.parent = c._stack[-1] if c._stack else None
         self.child = 0.0
+        self.action = c.action
         c._stack.append(self)
         self.start = c._stamp()
 

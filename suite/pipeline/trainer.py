@@ -186,7 +186,8 @@ def train(
             f"schedule {cfg.schedule!r} uses action kind(s) {sorted(k.value for k in unsupported)} that the executor "
             f"does not run (it runs: {', '.join(k.value for k in STAGE_METHODS)})"
         )
-    report: dict[str, Any] = {"losses": [], "curve": [], "step_walls": [], "eval_s": 0.0}
+    report: dict[str, Any] = {"losses": [], "curve": [], "step_walls": [], "step_cpus": [], "eval_s": 0.0}
+    report["loadavg"] = [load_average()]
     eval_every = max(1, budget.eval_every)
     done = 0
     for step, batch in enumerate(task.train_batches(placement.dp_rank, placement.dp_size)):
@@ -194,7 +195,7 @@ def train(
             break
         if deadline is not None and time.perf_counter() > deadline:
             raise RunTimeout(f"run exceeded time_limit_s={cfg.time_limit_s} after {step} steps")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         meter.step = step
         compressed = step >= cfg.compress_warmup_steps
         for h in hooks:
@@ -215,6 +216,7 @@ def train(
         for st in stages.values():
             st.clock.snapshot(wall)
         report["step_walls"].append(wall)
+        report["step_cpus"].append(time.process_time() - c0)
         if last is not None:
             report["losses"].append(last.take_loss())
         done = step + 1
@@ -235,12 +237,26 @@ def train(
         steps=budget.steps,
         microbatches=M,
         clocks={str(s): st.clock.steps for s, st in stages.items()},
+        # the network model's inputs: every rank's action list and each action's costs
+        schedule=schedule.to_lists(),
+        action_clocks={str(s): st.clock.action_steps for s, st in stages.items()},
+        protocol=transport.PROTOCOL,
+        loadavg=report["loadavg"] + [load_average()],
         compressor_state_bytes=sum(
             c.state_nbytes() for st in stages.values() for c in st.compressors() + [c for h in hooks for c in h.compressors()]
         ),
         task=task.describe(),
     )
     return report
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (Linux /proc/loadavg), None where unavailable."""
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def execute(schedule: Schedule, run: Callable[[Action], None], transport: Transport, placement: Placement) -> None:

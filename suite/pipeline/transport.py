@@ -131,6 +131,9 @@ class Transport:
     Peers are addressed by rank (global rank under torchrun; stage index in one process).
     """
 
+    # how a payload crosses the wire, for the network model (suite.results.network.PROTOCOLS)
+    PROTOCOL = "length_prefix"
+
     def __init__(self, meter: ByteMeter, device: torch.device) -> None:
         self.meter = meter
         self.device = device
