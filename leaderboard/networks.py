@@ -95,10 +95,7 @@ def _step_times(timing_json: str, link: Link) -> tuple[tuple[int, ...], tuple[fl
     try:
         inputs = model.TimingInputs.from_dict(json.loads(timing_json))
         runs = inputs.runs()
-        net = link.profile()
-        times = tuple(
-            model.step_time(inputs.stages, load, inputs.microbatches, inputs.replicas, net) for load, _ in runs
-        )
+        times = tuple(model.run_step_times(inputs, link.profile()))
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # untrusted stored inputs
         return (), ()
     return tuple(int(c) for _, c in runs), times

@@ -65,6 +65,7 @@ __all__ = [
     "step_time",
     "model_run",
     "model_record",
+    "run_step_times",
     "interpolate_target_step",
     "quantile",
 ]
@@ -609,6 +610,20 @@ def interpolate_target_step(points: Iterable[tuple[float, float]], target: float
     return None
 
 
+def run_step_times(inputs: TimingInputs, net: NetworkProfile, statistic: str = "robust") -> list[float]:
+    """Modeled seconds of one step of each run of equal steps (``inputs.runs()``), over ``net``."""
+    if statistic not in ("robust", "mean"):
+        raise ValueError(f"statistic {statistic!r}: valid values are robust, mean")
+    stages = inputs.mean_stages if statistic == "mean" and inputs.mean_stages else inputs.stages
+    cache: dict[StepLoad, float] = {}
+    out = []
+    for load, _ in inputs.runs():
+        if load not in cache:
+            cache[load] = step_time(inputs.schedule, stages, load, inputs.replicas, net, inputs.protocol)
+        out.append(cache[load])
+    return out
+
+
 def model_run(
     inputs: TimingInputs,
     profiles: Mapping[str, NetworkProfile] | None = None,
@@ -621,27 +636,17 @@ def model_run(
     ``comm_s_per_step`` (step_s minus the same on an ideal network). ``statistic``:
     ``robust`` (low-quantile action costs) or ``mean``."""
     profiles = PROFILES if profiles is None else profiles
-    if statistic not in ("robust", "mean"):
-        raise ValueError(f"statistic {statistic!r}: valid values are robust, mean")
-    stages = inputs.mean_stages if statistic == "mean" and inputs.mean_stages else inputs.stages
     reached = inputs.target_step if reached_target_step is None else reached_target_step
     runs = inputs.runs()
     total_steps = sum(c for _, c in runs)
     warm = inputs.warmup_steps if inputs.warmup_steps < total_steps else 0
-    cache: dict[tuple[StepLoad, NetworkProfile], float] = {}
-
-    def t_of(load: StepLoad, net: NetworkProfile) -> float:
-        if (load, net) not in cache:
-            cache[(load, net)] = step_time(inputs.schedule, stages, load, inputs.replicas, net, inputs.protocol)
-        return cache[(load, net)]
-
+    ideal = run_step_times(inputs, IDEAL, statistic)
     out: dict[str, dict[str, float | None]] = {}
     for name, net in profiles.items():
         steady_s = steady_comm = 0.0
         done = total = 0.0
         ttt = None
-        for load, count in runs:
-            t, t0 = t_of(load, net), t_of(load, IDEAL)
+        for (load, count), t, t0 in zip(runs, run_step_times(inputs, net, statistic), ideal):
             # steps [done, done + count) of this run; the warm-up ones don't count for step_s
             steady = max(0, min(count, done + count - warm))
             steady_s += steady * t

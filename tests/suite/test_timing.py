@@ -108,3 +108,31 @@ def test_cuda_event_clock_times_kernels_in_their_section():
         pass
     row = clock.snapshot(0.0)
     assert row["compute"] > 10 * row["comm"] > 0
+
+
+def test_sections_are_charged_to_the_schedule_action_before_and_after_its_compute(monkeypatch):
+    t = FakeTime()
+    monkeypatch.setattr(timing.time, "perf_counter", t)
+    clock = Clock(torch.device("cpu"))
+
+    def sec(name: str, s: float) -> None:
+        with clock.section(name):
+            t.now += s
+
+    clock.action = "F0"  # receive (waiting), decompress, compute with a nested hook, compress, send
+    sec("comm", 1.0)
+    sec("compress", 0.1)
+    with clock.section("compute"):
+        t.now += 0.3
+        sec("compress", 0.05)  # e.g. a data-parallel hook inside the backward: compute
+        sec("comm", 0.5)  # its collective: network, left out
+    sec("compress", 0.2)
+    sec("comm", 0.01)  # framing and handing to the backend: the sender's CPU work
+    clock.action = None
+    sec("optimizer", 0.4)  # not an action
+    clock.snapshot(2.56)
+    assert clock.action_steps[-1] == {"F0": pytest.approx([0.1, 0.35, 0.21])}
+    clock.action = "B0"
+    sec("compute", 1.0)
+    clock.discard()  # evaluation: dropped
+    assert clock.current_actions == {}
