@@ -283,6 +283,18 @@ def _import(module: str) -> Any:
     return mod
 
 
+def _log_progress_to_stdout() -> None:
+    """The trainer's progress lines (logger ``mpcbench.train``) go to stdout, the cell's log, as they happen."""
+    import logging
+
+    handler = logging.StreamHandler(sys.stdout)  # flushes after every line
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
+    logger = logging.getLogger("mpcbench.train")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
 def execute(config_file: str | Path, out_file: str | Path, runtime: str = DEFAULT_RUNTIME) -> int:
     """The child's work: validate, run, write ``{"ok", "result" | "error", "wall_s", "provenance"}``.
 
@@ -291,6 +303,7 @@ def execute(config_file: str | Path, out_file: str | Path, runtime: str = DEFAUL
     """
     out = Path(out_file)
     prov: dict[str, Any] | None = None
+    _log_progress_to_stdout()
     try:
         from .provenance import provenance
 

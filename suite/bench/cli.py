@@ -107,14 +107,21 @@ def _list_tasks(args: argparse.Namespace) -> None:
             print(f"  {n:<12} ! cannot load: {type(e).__name__}: {' '.join(str(e).split())}")
             continue
         metric = f"{cls.metric.name} ({'higher' if cls.metric.higher_is_better else 'lower'} is better)"
-        doc = (cls.__doc__ or "").strip().splitlines()
-        print(f"  {n:<12} {doc[0] if doc else ''}")
+        import inspect
+        import textwrap
+
+        paragraphs = (inspect.getdoc(cls) or "").split("\n\n")
+        print(f"  {n:<12} {paragraphs[0].strip()}")
+        if len(paragraphs) > 1:  # the second paragraph: what crosses the boundaries, what the tiers change
+            for line in textwrap.wrap(" ".join(paragraphs[1].split()), 100):
+                print(f"  {'':<12}   {line}")
         print(f"  {'':<12}   metric: {metric}; stages: {cls.default_stages} (choices {', '.join(map(str, cls.stage_choices))})"
               + (f"; features: {', '.join(sorted(cls.features))}" if cls.features else ""))  # fmt: skip
         budgets = "; ".join(
             f"{t}: {b.steps} steps x {b.batch_size}, target {b.target:g}" for t, b in cls.tiers.items()
         )
-        print(f"  {'':<12}   tiers: {budgets}")
+        for line in textwrap.wrap(f"tiers: {budgets}", 100, subsequent_indent="  "):
+            print(f"  {'':<12}   {line}")
     print()
 
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
-from .cell import DEFAULT_RUNTIME, run_cell
+from .cell import DEFAULT_RUNTIME, log_path_for, run_cell
 from .matrix import PlannedCell
 from .store import ResultsStore
 
@@ -77,6 +77,24 @@ def _line(o: CellOutcome, elapsed: float | None) -> str:
     return f"{o.status:<8} {cid}  {o.reason}"
 
 
+class _Eta:
+    """Time left: the mean wall-clock of the cells run so far times the cells still to run."""
+
+    def __init__(self, to_run: int) -> None:
+        self.to_run, self.ran, self.spent, self.t0 = to_run, 0, 0.0, time.perf_counter()
+
+    def finished(self, seconds: float) -> None:
+        self.ran += 1
+        self.spent += seconds
+
+    def left(self) -> str:
+        elapsed = _fmt_duration(time.perf_counter() - self.t0)
+        if not self.ran:
+            return f"  [{self.to_run} to run]"
+        rest = (self.spent / self.ran) * (self.to_run - self.ran)
+        return f"  [{self.ran}/{self.to_run} run, {elapsed} elapsed, ETA {_fmt_duration(rest)}]"
+
+
 def run_cells(
     cells: list[PlannedCell],
     store: ResultsStore,
@@ -94,24 +112,30 @@ def run_cells(
     outcomes: list[CellOutcome] = []
     interactive = progress and hasattr(stream, "isatty") and stream.isatty()  # no \r noise in CI logs
     bar = tqdm(total=len(cells), unit="cell", disable=not interactive, file=stream, dynamic_ncols=True)
+    eta = _Eta(sum(1 for c in cells if c.skip is None and c.config.key() not in done))
     try:
         for cell in cells:
-            bar.set_postfix_str(cell.test_id or cell.config.cell_id, refresh=True)
+            cid = cell.test_id or cell.config.cell_id
+            bar.set_postfix_str(cid, refresh=True)
             t0 = time.perf_counter()
             if cell.skip is not None:
                 o = CellOutcome(cell, "skipped", cell.skip)
             elif cell.config.key() in done:
                 o = CellOutcome(cell, "skipped", ALREADY_IN_STORE)
             else:
+                if not interactive:  # a line when a cell starts: a redirected log shows what is running
+                    print(f"[{len(outcomes) + 1}/{len(cells)}] start    {cid}  (log: "
+                          f"{log_path_for(cell.config, store.log_dir)}){eta.left()}", file=stream, flush=True)  # fmt: skip
                 record = run_cell(cell, log_dir=store.log_dir, runtime=runtime)
                 store.append(record)
+                eta.finished(time.perf_counter() - t0)
                 o = CellOutcome(cell, record["status"], record.get("error"), record)
             outcomes.append(o)
-            line = _line(o, time.perf_counter() - t0)
+            line = _line(o, time.perf_counter() - t0 if o.record else None)
             if interactive:
                 bar.write(line, file=stream)
             else:
-                print(f"[{len(outcomes)}/{len(cells)}] {line}", file=stream, flush=True)
+                print(f"[{len(outcomes)}/{len(cells)}] {line}{eta.left() if o.record else ''}", file=stream, flush=True)
             if on_outcome:
                 on_outcome(o)
             bar.update(1)

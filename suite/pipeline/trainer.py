@@ -11,6 +11,7 @@ schedules (``suite.pipeline.placement``). ``suite.pipeline.summary`` merges the 
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import replace
 from typing import Any, Callable
@@ -30,6 +31,10 @@ from .schedules import Action, Kind, Schedule, build_schedule
 from .stage import Stage
 from .timing import Clock
 from .transport import DistTransport, LocalTransport, Transport
+
+# Progress lines ("step 40/120 loss 1.92 accuracy=0.31 ..."): the cell's child process sends
+# them to its log (suite.bench.cell), so a cell's log grows while it trains.
+progress_log = logging.getLogger("mpcbench.train")
 
 __all__ = ["Placement", "STAGE_METHODS", "train", "execute", "required_features", "check_plan", "resolve_device"]
 
@@ -189,7 +194,9 @@ def train(
     report: dict[str, Any] = {"losses": [], "curve": [], "step_walls": [], "step_cpus": [], "eval_s": 0.0}
     report["loadavg"] = [load_average()]
     eval_every = max(1, budget.eval_every)
+    log_every = max(1, budget.steps // 10)
     done = 0
+    t_train = time.perf_counter()
     for step, batch in enumerate(task.train_batches(placement.dp_rank, placement.dp_size)):
         if step >= budget.steps:
             break
@@ -226,6 +233,9 @@ def train(
             report["eval_s"] += time.perf_counter() - t_eval
             if point is not None:
                 report["curve"].append(point)
+            _log_progress(task, done, budget.steps, report, point, t_train, last is not None)
+        elif done % log_every == 0:
+            _log_progress(task, done, budget.steps, report, None, t_train, last is not None)
     if done < budget.steps:
         raise ConfigError(f"task {cfg.task!r} yielded only {done} training batches, expected {budget.steps}")
 
@@ -257,6 +267,21 @@ def load_average() -> float | None:
             return float(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _log_progress(task, done: int, steps: int, report: dict[str, Any], point: dict | None, t0: float, owner: bool) -> None:
+    """One progress line from the process that owns the last stage (it has the loss)."""
+    if not owner or not progress_log.isEnabledFor(logging.INFO):
+        return
+    elapsed = time.perf_counter() - t0
+    loss = report["losses"][-1] if report["losses"] else None
+    parts = [f"step {done}/{steps}"]
+    if isinstance(loss, (int, float)):
+        parts.append(f"loss {loss:.4g}")
+    if point is not None and point.get("metric") is not None:
+        parts.append(f"{task.metric.name}={point['metric']:.4g}")
+    parts.append(f"{elapsed:.0f} s elapsed, about {elapsed / done * (steps - done):.0f} s to go")
+    progress_log.info("  ".join(parts))
 
 
 def execute(schedule: Schedule, run: Callable[[Action], None], transport: Transport, placement: Placement) -> None:

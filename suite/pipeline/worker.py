@@ -13,6 +13,7 @@ Workers die with their parent (PR_SET_PDEATHSIG) so that nothing outlives a kill
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -79,6 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     where = f"rank {rank}"
     _trace("imported")
+    progress = logging.getLogger("mpcbench.train")  # the trainer's progress lines, into the cell's log
+    if not progress.handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter(f"%(asctime)s rank {rank}: %(message)s", datefmt="%H:%M:%S"))
+        progress.addHandler(handler)
+        progress.setLevel(logging.INFO)
+        progress.propagate = False
     try:
         cfg = CellConfig.from_dict(json.loads(Path(args.config).read_text())).validate()  # loads plugins
         S, D = cfg.n_stages, cfg.dp

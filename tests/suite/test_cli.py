@@ -69,8 +69,16 @@ def test_run_resume_broken_plugin_report_validate(capsys, tmp_path):
     rc, _, err = cli(capsys, *base, "--compressor", "fp16")
     assert rc == 0, err
     assert "2 ok" in err
+    # not a terminal: a line per cell start and end, with the time left once a cell has finished
+    lines = [ln for ln in err.splitlines() if ln.startswith("[")]
+    assert [ln.split()[:3] for ln in lines] == [["[1/2]", "start", "tiny-none-seed0"], ["[1/2]", "ok", "tiny-none-seed0"],
+                                                ["[2/2]", "start", "tiny-fp16-seed0"], ["[2/2]", "ok", "tiny-fp16-seed0"]]
+    assert "ETA" in lines[1] and "[1/2 run," in lines[2] and "[2/2 run," in lines[3]
     records, problems = read_jsonl(store)
     assert problems == [] and [r["cell_id"] for r in records] == ["tiny-none-seed0", "tiny-fp16-seed0"]
+    log = Path(records[1]["log"]).read_text()  # the trainer's progress lines, written while it trained
+    steps = records[1]["run"]["steps"]
+    assert f"step {steps}/{steps}  loss " in log, log
     fp16 = records[1]
     assert fp16["compression_ratio"]["forward"] > 1.5 and fp16["provenance"]["plugin_hashes"]["fp16"]
     assert fp16["provenance"]["machine"]["cpu_count"] >= 1 and "git_commit" in fp16["provenance"]
