@@ -154,7 +154,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .runner import cell_state, run_cells
     from .store import ResultsStore
 
-    cells = plan_cells(_selection(args))
+    from .plugins import refuse_unimportable
+
+    selection = _selection(args)
+    refuse_unimportable(selection.plugins)  # exit 2 before anything trains
+    cells = plan_cells(selection)
     store = ResultsStore(args.results)
     runnable = [c for c in cells if c.runnable]
     done = store.done_keys()
@@ -260,6 +264,51 @@ def _markdown(df) -> str:
     return "\n".join(lines)
 
 
+REPORT_WIDTH = 120  # the default text report fits this many columns
+
+
+def _question(rule: str, g, target: float | None, network: str | None, min_ratio: float | None) -> str:
+    """The question the ranking answers, with the task's target (time-to-target is measured against it)."""
+    metric = g["metric_name"].iloc[0] or "quality"
+    higher = bool(g["higher_is_better"].iloc[0]) if "higher_is_better" in g else True
+    goal = f"{metric} {'>=' if higher else '<='} {target:g}" if target is not None and target == target else metric
+    if rule == "time_to_target":
+        return f"Q: which compressor first reaches {goal} over a {network} link? (modeled from measured compute and bytes)"
+    if rule == "pareto":
+        return f"Q: which compressors are on the {metric}-versus-bytes frontier? (target {goal})"
+    at = f" at >= {min_ratio:g}x compression" if min_ratio else ""
+    return f"Q: which compressor gives the {'highest' if higher else 'lowest'} {metric}{at}? (target {goal})"
+
+
+def _narrow(table, network: str | None, direction: str):
+    """The default text table: the columns that answer the question, within REPORT_WIDTH characters.
+
+    Entry, machine and load become notes above the table when one value holds for every row;
+    then the least needed columns go first until the table fits. Returns (table, notes)."""
+    notes = []
+    keep = table.copy()
+    for col, label in (("entry", "entry"), ("measured on (load)", "measured on")):
+        if col in keep and keep[col].nunique() <= 1:
+            notes.append(f"{label}: {keep[col].iloc[0] if len(keep) else '-'}")
+            keep = keep.drop(columns=col)
+    optional = ["measured on (load)", "step time", "train time", "ratio fwd / bwd / dp", f"bytes/step {direction}",
+                "entry", f"ratio {direction}"]  # fmt: skip
+    for col in optional:
+        if _width(keep) <= REPORT_WIDTH:
+            break
+        if col in keep:
+            keep = keep.drop(columns=col)
+    if _width(keep) > REPORT_WIDTH and "Δ vs none" in keep:  # the longest text: shorten the significance words
+        keep["Δ vs none"] = keep["Δ vs none"].str.replace("n too small", "n<2").str.replace(", not resolved", " ~")
+        notes.append("Δ vs none: n<2 = fewer than 2 seeds (no test); ~ = within the minimal detectable difference")
+    return keep, notes
+
+
+def _width(table) -> int:
+    text = table.to_string(index=False)
+    return max((len(line) for line in text.splitlines()), default=0)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -293,13 +342,20 @@ def cmd_report(args: argparse.Namespace) -> int:
             sys.stdout, index=False
         )
         return EXIT_OK
-    print(f"ranking: {rule.title}" + (f" (network {network})" if network else ""))
+    print(f"ranking: {rule.title}" + (f" (network {network})" if network else "")
+          + ("" if args.wide or args.format != "text" else f"; at most {REPORT_WIDTH} columns (--wide: every column)"))  # fmt: skip
+    targets = frame.groupby(["task", "tier"])["target"].first().to_dict()
     with pd.option_context("display.max_columns", None, "display.width", 250, "display.max_colwidth", 60):
         for (task, tier), g in ranked.groupby(["task", "tier"], sort=True):
             table = display_table(g, network=network, direction=args.direction, mark_unresolved=rule.name == "quality_at_ratio")
             n_seeds = sorted({int(n) for n in g["n"]})
             print(f"\n== {task} / {tier}  (metric: {g['metric_name'].iloc[0] or '?'}; seeds per entry: "
                   f"{', '.join(map(str, n_seeds))}) ==")  # fmt: skip
+            print(_question(rule.name, g, targets.get((task, tier)), network, args.min_ratio))
+            if not args.wide and args.format == "text":
+                table, notes = _narrow(table, network, args.direction)
+                for note in notes:
+                    print(note)
             if args.format == "markdown":
                 print(_markdown(table))
             else:
@@ -309,8 +365,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"\n{len(failed)} failed cell(s) (latest record per cell):")
         for r in failed.itertuples(index=False):
             print(f"  {r.status}: {r.cell_id}: {r.error}")
-    print("\nsignificance: Welch's t-test vs the 'none' baseline over seeds (* p<0.05, ** p<0.01, *** p<0.001); "
-          "'n too small' with fewer than 2 seeds on either side (run with --seeds 3)")  # fmt: skip
+    import textwrap
+
+    print()
+    print(textwrap.fill("significance: Welch's t-test vs the 'none' baseline over seeds (* p<0.05, ** p<0.01, "
+                        "*** p<0.001); 'n too small' with fewer than 2 seeds on either side (run with --seeds 3)",
+                        REPORT_WIDTH))  # fmt: skip
     return EXIT_OK
 
 
@@ -406,8 +466,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", action="append", default=[])
     p.add_argument("--tier", action="append", default=[])
     p.add_argument("--network", default=None, help="network profile for modeled time-to-target (default 1Gbps)")
-    p.add_argument("--rule", default="quality_at_ratio", choices=RULE_CHOICES, metavar="RULE",
-                   help="%(choices)s (default quality_at_ratio)")
+    p.add_argument("--rule", default="time_to_target", choices=RULE_CHOICES, metavar="RULE",
+                   help="%(choices)s (default time_to_target: which compressor reaches the task's target first "
+                   "over --network)")
+    p.add_argument("--wide", action="store_true", help=f"every column (default: the answer's columns, at most "
+                   f"{REPORT_WIDTH} characters wide)")  # fmt: skip
     p.add_argument("--min-ratio", type=float, default=None, help="with quality_at_ratio: rank only entries compressing at least this much")
     p.add_argument("--direction", default="total", choices=["forward", "backward", "dp", "total"])
     p.add_argument("--format", default="text", choices=["text", "markdown", "csv"])

@@ -65,3 +65,15 @@ class Plugins:
 
     def needed_by(self, names: set[str]) -> tuple[str, ...]:
         return tuple(p for p, provided in self.provides.items() if provided & names)
+
+
+def refuse_unimportable(plugins: Iterable[str]) -> None:
+    """For the front ends (``mpcbench run``, ``pytest suite``): a ``--plugin`` named on the command
+    line that does not import stops everything before a cell trains, with its one-line error
+    (the planner itself, :func:`suite.bench.matrix.plan_cells`, fails only the cells needing it)."""
+    from .matrix_file import MatrixError
+
+    failed = Plugins.load(plugins).failed
+    if failed:
+        plugin, error = next(iter(failed.items()))
+        raise MatrixError(f"{error} (nothing was run; fix the plugin or leave out --plugin {plugin})")

@@ -63,9 +63,12 @@ _PLAN_KEY = pytest.StashKey[list]()
 def _planned(config: pytest.Config) -> list:
     if _PLAN_KEY not in config.stash:
         from .matrix import MatrixError, plan_cells
+        from .plugins import refuse_unimportable
 
         try:
-            config.stash[_PLAN_KEY] = plan_cells(selection_from_pytest(config))
+            selection = selection_from_pytest(config)
+            refuse_unimportable(selection.plugins)  # one line, before any cell trains
+            config.stash[_PLAN_KEY] = plan_cells(selection)
         except MatrixError as e:
             problem = str(e)
         else:

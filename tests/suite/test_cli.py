@@ -49,6 +49,22 @@ def test_list_tasks_and_tiers(capsys):
         assert text in out, text
 
 
+FAILS_IN_CELL = """
+from compressors import Compressor, register
+
+
+@register("brokencomp")
+class BrokenComp(Compressor):
+    \"\"\"Fails on the first tensor it is given.\"\"\"
+
+    def compress(self, x, info):
+        raise RuntimeError("brokencomp: totally_missing_dependency_xyz")
+
+    def decompress(self, payload, info):
+        return payload[0]
+"""
+
+
 def _more_seeds(records: list[dict], n: int) -> list[dict]:
     """Synthetic extra seeds of real records (for the multi-seed report only)."""
     out = []
@@ -83,12 +99,20 @@ def test_run_resume_broken_plugin_report_validate(capsys, tmp_path):
     assert fp16["compression_ratio"]["forward"] > 1.5 and fp16["provenance"]["plugin_hashes"]["fp16"]
     assert fp16["provenance"]["machine"]["cpu_count"] >= 1 and "git_commit" in fp16["provenance"]
 
-    # a plugin that fails to import fails only its own cell; the others are already in the store
+    # a --plugin that fails to import is refused before anything trains: exit 2, one line, the store untouched
     broken = tmp_path / "broken_comp.py"
-    broken.write_text("import totally_missing_dependency_xyz\n")
-    rc, _, err = cli(capsys, *base, "--plugin", str(broken), "--compressor", "brokencomp", "--compressor", "fp16")
+    broken.write_text("def oops(:\n")
+    rc, out, err = cli(capsys, *base, "--plugin", str(broken), "--compressor", "brokencomp", "--compressor", "fp16")
+    assert rc == 2 and out == ""
+    assert err.splitlines() == [f"mpcbench: error: plugin {str(broken)!r} failed to import: SyntaxError: invalid syntax "
+                                f"(broken_comp.py, line 1) (nothing was run; fix the plugin or leave out --plugin {broken})"]
+    assert len(read_jsonl(store)[0]) == 2
+    # a compressor that fails in its cell fails only that cell; the others are already in the store
+    failing = tmp_path / "failing_comp.py"
+    failing.write_text(FAILS_IN_CELL)
+    rc, _, err = cli(capsys, *base, "--plugin", str(failing), "--compressor", "brokencomp", "--compressor", "fp16")
     assert rc == 1
-    assert "failed: tiny-brokencomp-seed0: plugin" in err and "totally_missing_dependency_xyz" in err
+    assert "failed: tiny-brokencomp-seed0: RuntimeError: brokencomp: totally_missing_dependency_xyz" in err
     assert "already in store" in err
     records, problems = read_jsonl(store)
     assert problems == [] and len(records) == 3 and records[2]["status"] == "failed"
@@ -107,7 +131,11 @@ def test_run_resume_broken_plugin_report_validate(capsys, tmp_path):
     assert "== tiny / smoke" in out and "(n=3)" in out and "baseline" in out
     assert "***" in out or "**" in out  # fp16's synthetic seeds are 0.2 worse: significant
     assert "time-to-target @ 100Mbps" in out
-    assert "failed: tiny-brokencomp-seed0: plugin" in out
+    assert "failed: tiny-brokencomp-seed0: RuntimeError: brokencomp" in out
+    assert "Q: which compressor first reaches" in out  # the default rule answers a question, with the target
+    assert max(len(line) for line in out.splitlines()) <= 120 and "step time" not in out
+    rc, out, _ = cli(capsys, "report", "--results", str(multi), "--wide", "--rule", "quality_at_ratio")
+    assert rc == 0 and "step time" in out and "Q: which compressor gives the highest" in out
     rc, out, _ = cli(capsys, "report", "--results", str(multi), "--format", "csv")
     frame = pd.read_csv(StringIO(out))
     assert set(frame["compressor"]) == {"none", "fp16", "brokencomp"} and "metric_mean" in frame
