@@ -38,6 +38,7 @@ _METRIC_KEYS = (
     "run",
     "stage_times",
     "compressor_state_bytes",
+    "compressor_stats",
     "eval_bytes",
     "wire_bytes_by_step",
     "timing_inputs",
@@ -178,6 +179,8 @@ def build_record(
             },
             "stage_times": [dict(s) for s in r.stage_times],
             "compressor_state_bytes": int(r.compressor_state_bytes),
+            # counters compressors report (aqsgd: rows sent as deltas / in full / quantized directly)
+            "compressor_stats": dict(getattr(r, "compressor_stats", {}) or {}),
             # evaluation traffic is not benchmark traffic, but is kept for inspection
             "eval_bytes": _asdict_or_none(getattr(r, "eval_bytes", None)),
             "wire_bytes_by_step": dict(getattr(r, "wire_bytes_by_step", {}) or {}),

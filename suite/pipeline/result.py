@@ -102,6 +102,7 @@ class RunResult:
     stage_times: list[dict[str, float]] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)  # training loss per step (equivalence tests)
     compressor_state_bytes: int = 0
+    compressor_stats: dict[str, float] = field(default_factory=dict)  # counters from compressors' stats()
     eval_bytes: ByteCounts = field(default_factory=ByteCounts)
     wire_bytes_by_step: dict[str, list[int]] = field(default_factory=dict)
     timing_inputs: dict[str, Any] = field(default_factory=dict)

@@ -227,6 +227,8 @@ def summarize(config: CellConfig, reports: list[dict[str, Any]]) -> RunResult:
         stage_times=rows,
         losses=losses,
         compressor_state_bytes=sum(r["compressor_state_bytes"] for r in reports),
+        compressor_stats={k: sum(r.get("compressor_stats", {}).get(k, 0) for r in reports)
+                          for k in sorted({k for r in reports for k in r.get("compressor_stats", {})})},
         eval_bytes=meter.eval_totals(),
         wire_bytes_by_step=by_step,
         timing_inputs=inputs.to_dict(),

@@ -100,6 +100,17 @@ def required_feature_options(plan: CompressionPlan) -> dict[str, dict[str, Any]]
     return out
 
 
+def compressor_stats(instances: list[Any]) -> dict[str, float]:
+    """Sum of the counters compressors report through an optional ``stats()`` (e.g. AQ-SGD's
+    rows sent as deltas vs in full), over every instance of this process."""
+    out: dict[str, float] = {}
+    for c in instances:
+        stats = getattr(c, "stats", None)
+        for k, v in (stats() if callable(stats) else {}).items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
 def check_plan(plan: CompressionPlan, n_stages: int, dp: int) -> None:
     """Refuse compressors used in a role they do not declare (one-line ConfigError)."""
     uses = [(d, b) for b in range(n_stages - 1) for d in ("forward", "backward")]
@@ -254,6 +265,9 @@ def train(
         loadavg=report["loadavg"] + [load_average()],
         compressor_state_bytes=sum(
             c.state_nbytes() for st in stages.values() for c in st.compressors() + [c for h in hooks for c in h.compressors()]
+        ),
+        compressor_stats=compressor_stats(
+            [c for st in stages.values() for c in st.compressors()] + [c for h in hooks for c in h.compressors()]
         ),
         task=task.describe(),
     )

@@ -151,3 +151,16 @@ def test_shape_change_restarts_and_bad_input_is_refused():
     with pytest.raises(CompressorError, match="store=fp32"):
         big = torch.full((1, 3), 1e5)
         build("aqsgd").compress(big, _info(big, [0]))
+
+
+def test_stats_count_rows_sent_in_full_as_deltas_and_directly():
+    """The record's compressor_stats: 3 visits of 4 samples -> 4 first, 8 deltas (2/3 deltas)."""
+    send, recv = build("aqsgd(bits=2)"), build("aqsgd(bits=2)")
+    x = _activation()
+    for step in range(3):
+        _roundtrip(send, recv, x, _info(x, [0, 1, 2, 3], step))
+    _roundtrip(send, recv, x, _info(x, [0, 1, 2, 3], -1, training=False))  # evaluation: not counted
+    g = torch.randn(4, 8)
+    _roundtrip(send, recv, g, _info(g, [0, 1, 2, 3], 3, role=TensorRole.ACTIVATION_GRAD))
+    assert send.stats() == {"aqsgd.rows_first": 4, "aqsgd.rows_delta": 8, "aqsgd.rows_direct": 4}
+    assert recv.stats() == {"aqsgd.rows_first": 0, "aqsgd.rows_delta": 0, "aqsgd.rows_direct": 0}  # sender counts

@@ -59,7 +59,7 @@ def test_shipped_tiers_plan_without_errors(shipped, tier):
     assert all(c.error is None for c in cells)
     ids = [c.test_id for c in cells]
     assert len(ids) == len(set(ids))
-    n_seeds = {"smoke": 1, "quick": 1, "full": 3, "gpu": 1}[tier]
+    n_seeds = {"smoke": 1, "quick": 3, "full": 3, "gpu": 1}[tier]
     assert {c.config.seed for c in cells} == set(range(n_seeds))
 
 
