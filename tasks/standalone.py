@@ -160,7 +160,8 @@ def main(task_cls: type[Task], argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)  # dropout
     t = time.perf_counter()
     out = train(task, args.stages, device=args.device)
-    reached = "not reached" if math.isnan(out["to_target_s"]) else f"reached after {out['to_target_s']:.1f}s of training"
+    t_target = out["to_target_s"]
+    reached = "not reached" if math.isnan(t_target) else f"reached after {t_target:.1f}s of training"
     print(f"final {task.metric.name} {out['metric']:.4f}  (train {out['train_s']:.1f}s, "
           f"target {task.budget.target} {reached}, total {time.perf_counter() - t:.1f}s)")
     return 0

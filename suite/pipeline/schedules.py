@@ -285,18 +285,22 @@ def check_schedule(schedule: Schedule, backward: bool = True) -> None:
             if not (0 <= a.stage < S and 0 <= a.microbatch < M and isinstance(a.kind, Kind)):
                 raise ValueError(f"schedule {schedule.name!r}: action {a!r} is out of range (S={S}, M={M})")
             if schedule.rank_of(a.stage) != r:
-                raise ValueError(f"schedule {schedule.name!r}: action {a!r} is on rank {r}, its stage lives on rank {schedule.rank_of(a.stage)}")
+                home = schedule.rank_of(a.stage)
+                raise ValueError(f"schedule {schedule.name!r}: action {a!r} is on rank {r}, its stage lives on rank {home}")
             counts[(a.stage, a.kind, a.microbatch)] += 1
     for s in range(S):
-        if schedule.rank_of(s) == schedule.rank_of(s + 1) and s + 1 < S:
-            raise ValueError(f"schedule {schedule.name!r}: neighbouring stages {s} and {s + 1} share rank {schedule.rank_of(s)}")
+        if s + 1 < S and schedule.rank_of(s) == schedule.rank_of(s + 1):
+            raise ValueError(
+                f"schedule {schedule.name!r}: neighbouring stages {s} and {s + 1} share rank {schedule.rank_of(s)}"
+            )
         for m in range(M):
             f, b, i, w = (counts[(s, k, m)] for k in Kind)
             ok = f == 1 and ((b, i, w) in ((1, 0, 0), (0, 1, 1)) if backward else b + i + w == 0)
             if not ok:
                 need = "F once and B (or I and W) once" if backward else "F once and no backward"
                 raise ValueError(
-                    f"schedule {schedule.name!r}: stage {s} micro-batch {m} has F x{f}, B x{b}, I x{i}, W x{w}; needs {need}"
+                    f"schedule {schedule.name!r}: stage {s} micro-batch {m} has F x{f}, B x{b}, I x{i}, W x{w}; "
+                    f"needs {need}"
                 )
     _simulate(schedule)
 
@@ -342,5 +346,7 @@ def _simulate(schedule: Schedule) -> None:
                 remaining -= 1
                 progressed = True
         if not progressed:
-            waiting = ", ".join(f"rank {r} at {acts[pos[r]]!r}" for r, acts in enumerate(schedule.ranks) if pos[r] < len(acts))
+            waiting = ", ".join(
+                f"rank {r} at {acts[pos[r]]!r}" for r, acts in enumerate(schedule.ranks) if pos[r] < len(acts)
+            )
             raise ValueError(f"schedule {schedule.name!r} deadlocks: {waiting} wait for messages never sent")

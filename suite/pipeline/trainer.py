@@ -195,7 +195,9 @@ def train(
     # --- training ---------------------------------------------------------------------------------
     schedule = build_schedule(cfg.schedule, S, M)
     if schedule.n_ranks != placement.n_ranks:
-        raise ConfigError(f"schedule {cfg.schedule!r} runs on {schedule.n_ranks} ranks, the placement has {placement.n_ranks}")
+        raise ConfigError(
+            f"schedule {cfg.schedule!r} runs on {schedule.n_ranks} ranks, the placement has {placement.n_ranks}"
+        )
     unsupported = {a.kind for acts in schedule.ranks for a in acts} - set(STAGE_METHODS)
     if unsupported:
         raise ConfigError(

@@ -37,6 +37,23 @@ def test_none_pipeline_equals_unsplit_training(tiny_cell, task, stages, schedule
     assert plain.losses[-1] < plain.losses[0] - 0.01  # it trained
 
 
+def test_the_standalone_run_is_the_reference_loop_plus_evaluation(tiny_cell):
+    """``python -m tasks.<name>`` and the unsplit reference share one loop: evaluating in between
+    changes nothing about training."""
+    from tasks import build_task
+    from tasks.standalone import run_unsplit
+
+    cfg = tiny_cell(stages=3)
+    ref = train_unsplit(cfg)
+    task = build_task("tiny", "smoke", seed=cfg.seed)
+    torch.manual_seed(cfg.seed)
+    alone = run_unsplit(task, 3)
+    assert alone.losses == ref.losses and len(ref.step_walls) == 6 and alone.step_walls == []
+    assert [step for step, _ in alone.curve] == [3, 6]
+    piped = run(cfg)  # the none pipeline evaluates the same model at the same steps
+    assert [m for _, m in alone.curve] == pytest.approx([p.metric for p in piped.curve], abs=1e-6)
+
+
 def test_wire_bytes_equal_the_sizes_of_the_framed_messages(tiny_cell, monkeypatch):
     sent: list[int] = []
     orig = LocalTransport._deliver

@@ -49,8 +49,8 @@ def test_two_ranks_with_two_chunks_each_match_one_process(tiny_cell):
 @pytest.mark.distributed
 def test_interleaved_with_data_parallel_matches_1f1b(tiny_cell):
     """pp 2 ranks x 2 chunks x dp 2 (4 processes): the dp groups are shared by a rank's chunks."""
-    cfg = tiny_cell(plan={"forward": "fp8", "backward": "none", "dp": "fixture_varsize"}, stages=4, dp=2, mode="torchrun",
-                    schedule="interleaved_1f1b")  # fmt: skip
+    plan = {"forward": "fp8", "backward": "none", "dp": "fixture_varsize"}
+    cfg = tiny_cell(plan=plan, stages=4, dp=2, mode="torchrun", schedule="interleaved_1f1b")
     inter = run(cfg)
     plain = run(replace(cfg, schedule="1f1b"))  # 8 processes
     _same_numbers(plain, inter)
