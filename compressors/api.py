@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterator, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping
 
 import torch
 from torch import Tensor, nn
@@ -31,6 +31,7 @@ __all__ = [
     "CompressorError",
     "payload_nbytes",
     "check_finite",
+    "did_you_mean",
 ]
 
 Payload = tuple[Tensor, ...]
@@ -191,3 +192,11 @@ class Compressor:
 
     def __repr__(self) -> str:
         return self.spec or f"{type(self).__name__}()"
+
+
+def did_you_mean(name: object, valid: Iterable[str]) -> str:
+    """`` (did you mean 'topk'?)`` for the closest valid name (difflib), or ``""`` when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), list(valid), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
-from .api import Compressor, CompressorError
+from .api import Compressor, CompressorError, did_you_mean
 
 __all__ = [
     "register",
@@ -247,7 +247,8 @@ def get_class(name: str) -> type[Compressor]:
         return _REGISTRY[name]
     if name in _PLUGIN_ERRORS:
         raise CompressorError(_PLUGIN_ERRORS[name])
-    raise CompressorError(f"unknown compressor {name!r}; valid names: {', '.join(available())}")
+    raise CompressorError(f"unknown compressor {name!r}{did_you_mean(name, available())}; "
+                          f"valid names: {', '.join(available())}")
 
 
 def describe(name: str) -> dict[str, Any]:

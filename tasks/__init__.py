@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-from .api import PRECISIONS, TIERS, Batch, autocast, DataMissingError, Metric, Task, TaskError, TierBudget, default_data_dir
+from .api import did_you_mean, PRECISIONS, TIERS, Batch, autocast, DataMissingError, Metric, Task, TaskError, TierBudget, default_data_dir
 
 __all__ = [
     "TIERS",
@@ -56,7 +56,8 @@ def get_task_class(name: str) -> type[Task]:
     if name in _EXTRA:
         return _EXTRA[name]
     if name not in _TASK_MODULES:
-        raise TaskError(f"unknown task {name!r}; valid tasks: {', '.join(available_tasks())}")
+        raise TaskError(f"unknown task {name!r}{did_you_mean(name, available_tasks())}; "
+                        f"valid tasks: {', '.join(available_tasks())}")
     module = importlib.import_module(_TASK_MODULES[name])
     return module.TASK
 

@@ -25,12 +25,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar, ContextManager, Iterator, Mapping
+from typing import Any, ClassVar, ContextManager, Iterable, Iterator, Mapping
 
 import torch
 from torch import Tensor, nn
 
 __all__ = [
+    "did_you_mean",
     "TIERS",
     "PRECISIONS",
     "autocast",
@@ -178,7 +179,8 @@ class Task(abc.ABC):
         features: frozenset[str] = frozenset(),
     ) -> None:
         if tier not in self.tiers:
-            raise TaskError(f"task {self.name!r}: unknown tier {tier!r}; valid tiers: {', '.join(self.tiers)}")
+            raise TaskError(f"task {self.name!r}: unknown tier {tier!r}{did_you_mean(tier, self.tiers)}; "
+                            f"valid tiers: {', '.join(self.tiers)}")
         missing = set(features) - set(self.features)
         if missing:
             raise TaskError(
@@ -267,3 +269,12 @@ class Task(abc.ABC):
             **({"feature_options": {k: dict(v) for k, v in self.feature_options.items()}} if self.feature_options else {}),
             **{f"extra.{k}": v for k, v in b.extra.items()},
         }
+
+
+def did_you_mean(name: object, valid: Iterable[str]) -> str:
+    """(tasks imports nothing of ours, so compressors.api has its own copy)
+    `` (did you mean 'topk'?)`` for the closest valid name (difflib), or ``""`` when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), list(valid), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from compressors.api import CompressorError
+from compressors.api import CompressorError, did_you_mean
 from suite.pipeline.config import MODES, ROLE_OF_DIRECTION, CellConfig, CompressionPlan, ConfigError
 
 from .matrix_file import MATRIX_PATH, Entry, Matrix, MatrixError, Tier, load_matrix, parse_seeds
@@ -134,7 +134,8 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
             if plugins.failed:
                 broken_task[t] = next(iter(plugins.failed.values()))
                 continue
-            raise MatrixError(f"unknown task {t!r}; valid tasks: {', '.join(available_tasks())}")
+            raise MatrixError(f"unknown task {t!r}{did_you_mean(t, available_tasks())}; "
+                              f"valid tasks: {', '.join(available_tasks())}")
         try:
             get_task_class(t)
         except Exception as e:  # noqa: BLE001 - a task module that does not import

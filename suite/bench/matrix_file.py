@@ -23,6 +23,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from compressors.api import did_you_mean
 from suite.pipeline.config import CompressionPlan, ConfigError
 
 __all__ = ["MATRIX_PATH", "MatrixError", "Entry", "Tier", "Matrix", "load_matrix", "parse_seeds", "SETTING_KEYS"]
@@ -75,7 +76,7 @@ class Matrix:
 
     def tier(self, name: str) -> Tier:
         if name not in self.tiers:
-            raise MatrixError(f"unknown tier {name!r}; valid tiers: {', '.join(self.tiers)}")
+            raise MatrixError(f"unknown tier {name!r}{did_you_mean(name, self.tiers)}; valid tiers: {', '.join(self.tiers)}")
         return self.tiers[name]
 
 

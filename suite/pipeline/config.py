@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from compressors.api import CompressorError, TensorRole
+from compressors.api import CompressorError, TensorRole, did_you_mean
 from suite.results.records import MAX_SEED
 
 from .schedules import SCHEDULES, build_schedule
@@ -192,10 +192,12 @@ class CellConfig:
             except CompressorError as e:
                 raise ConfigError(str(e)) from None
         if self.task not in available_tasks():
-            raise ConfigError(f"unknown task {self.task!r}; valid tasks: {', '.join(available_tasks())}")
+            raise ConfigError(f"unknown task {self.task!r}{did_you_mean(self.task, available_tasks())}; "
+                              f"valid tasks: {', '.join(available_tasks())}")
         cls = get_task_class(self.task)
         if self.tier not in cls.tiers:
-            raise ConfigError(f"unknown tier {self.tier!r}; valid tiers: {', '.join(cls.tiers)}")
+            raise ConfigError(f"unknown tier {self.tier!r}{did_you_mean(self.tier, cls.tiers)}; "
+                              f"valid tiers: {', '.join(cls.tiers)}")
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"unknown schedule {self.schedule!r}; valid schedules: {', '.join(SCHEDULES)}")
         if self.mode not in MODES:

@@ -209,3 +209,19 @@ def test_check_consistency_flag_is_parsed_into_every_cell_without_changing_keys(
     assert [c.config.check_consistency for c in on] == [True, True]
     assert [c.config.check_consistency for c in off] == [False, False]
     assert [c.config.key() for c in on] == [c.config.key() for c in off]  # a debug check, not a new cell
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--tier", "quik"], "unknown tier 'quik' (did you mean 'quick'?); valid tiers: smoke, quick, gpu, full"),
+        (["--task", "cifar1"], "unknown task 'cifar1' (did you mean 'cifar10'?); valid tasks: cifar10, "),
+        (["--compressor", "topkk(ratio=0.1)"], "unknown compressor 'topkk' (did you mean 'topk'?); valid names: "),
+        (["--compressor", "zzz"], "unknown compressor 'zzz'; valid names: "),  # nothing close: no guess
+    ],
+    ids=["tier", "task", "compressor", "no-close-name"],
+)
+def test_unknown_names_suggest_the_closest_valid_one(capsys, args, expected):
+    rc, out, err = cli(capsys, "run", "--dry-run", *args)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert expected in err, err
