@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 from suite.results.records import RecordError, validate_record
 
-__all__ = ["ResultsStore", "read_jsonl", "dump_record", "DEFAULT_STORE", "StoreError"]
+__all__ = ["ResultsStore", "read_jsonl", "dump_record", "portable_path", "portable_paths", "DEFAULT_STORE", "StoreError"]
 
 DEFAULT_STORE = Path("results") / "store.jsonl"
 
@@ -94,6 +94,49 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())[:300]
 
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def portable_path(path: str, base: Path) -> str:
+    """``path`` without this machine's folders: relative to ``base`` when inside it (an entry
+    folder's ``plugin.py`` stays ``plugin.py``), else to the mpcbench checkout, else the file
+    name alone (its content hash in the record identifies it). Module names pass unchanged."""
+    if not path.startswith("/"):
+        return path
+    p = Path(path).resolve()
+    for root in (base.resolve(), REPO_ROOT):
+        if root in p.parents:
+            return p.relative_to(root).as_posix()
+    return p.name
+
+
+def portable_paths(record: dict[str, Any], base: Path) -> dict[str, Any]:
+    """A copy of ``record`` whose plugin files (``config.plugins``, ``provenance.plugin_hashes``
+    keys, ``provenance.argv``) and ``log`` are :func:`portable_path` s: a record says what ran, not
+    where the submitter keeps it."""
+    out = dict(record)
+    config, prov = dict(out.get("config") or {}), dict(out.get("provenance") or {})
+    plugins = [p for p in config.get("plugins") or () if isinstance(p, str)]
+    if plugins:
+        config["plugins"] = [portable_path(p, base) for p in plugins]
+        out["config"] = config
+    if isinstance(prov.get("plugin_hashes"), dict):
+        prov["plugin_hashes"] = {
+            (f"plugin:{portable_path(k[len('plugin:'):], base)}" if k.startswith("plugin:") else k): v
+            for k, v in prov["plugin_hashes"].items()
+        }
+    if isinstance(prov.get("argv"), str):
+        argv = prov["argv"]
+        for p in plugins:
+            argv = argv.replace(p, portable_path(p, base))
+        prov["argv"] = argv.replace(str(REPO_ROOT) + "/", "")
+    if prov:
+        out["provenance"] = prov
+    if isinstance(out.get("log"), str):
+        out["log"] = portable_path(out["log"], base)
+    return out
+
+
 class ResultsStore:
     """An append-only results file. Cheap to construct; every call rereads the file."""
 
@@ -150,8 +193,9 @@ class ResultsStore:
                 raise StoreError(self._unwritable(e)) from None
 
     def append(self, record: dict[str, Any]) -> None:
-        """Validate ``record`` and append it as one line (see the module docstring)."""
-        clean = _finite_or_none(record)
+        """Validate ``record`` and append it as one line (see the module docstring), its paths made
+        portable (:func:`portable_paths`, relative to the store's folder)."""
+        clean = _finite_or_none(portable_paths(record, self.path.parent))
         try:
             validate_record(clean)
         except RecordError as e:

@@ -92,7 +92,7 @@ def test_run_resume_broken_plugin_report_validate(capsys, tmp_path):
     assert "ETA" in lines[1] and "[1/2 run," in lines[2] and "[2/2 run," in lines[3]
     records, problems = read_jsonl(store)
     assert problems == [] and [r["cell_id"] for r in records] == ["tiny-none-seed0", "tiny-fp16-seed0"]
-    log = Path(records[1]["log"]).read_text()  # the trainer's progress lines, written while it trained
+    log = (store.parent / records[1]["log"]).read_text()  # progress lines, written while it trained; path relative to the store
     steps = records[1]["run"]["steps"]
     assert f"step {steps}/{steps}  loss " in log, log
     fp16 = records[1]

@@ -44,6 +44,30 @@ def _ok_record(seed: int = 0) -> dict:
     return rec
 
 
+def test_stored_paths_are_relative_to_the_store_not_the_machine(tmp_path):
+    """An entry's plugin.py is stored as ``plugin.py``, a checkout file relative to the checkout,
+    anything else by its name; the log relative to the store's folder."""
+    from suite.bench.store import REPO_ROOT
+
+    entry = tmp_path / "home" / "me" / "records" / "mine"
+    entry.mkdir(parents=True)
+    inside, checkout, elsewhere = str(entry / "plugin.py"), str(REPO_ROOT / "examples" / "x.py"), "/opt/me/other.py"
+    rec = _record()
+    rec["config"]["plugins"] = [inside, checkout, elsewhere, "my_pkg.comp"]
+    rec["provenance"]["plugin_hashes"] = {"none": "ab", f"plugin:{inside}": "cd", f"plugin:{elsewhere}": "ef"}
+    rec["provenance"]["argv"] = f"{REPO_ROOT}/suite/__main__.py run --plugin {inside} --plugin {elsewhere}"
+    rec["log"] = str(entry / "results.logs" / "c.log")
+    store = ResultsStore(entry / "results.jsonl")
+    store.append(rec)
+    (got,), problems = read_jsonl(store.path)
+    assert problems == []
+    assert got["config"]["plugins"] == ["plugin.py", "examples/x.py", "other.py", "my_pkg.comp"]
+    assert got["provenance"]["plugin_hashes"] == {"none": "ab", "plugin:plugin.py": "cd", "plugin:other.py": "ef"}
+    assert got["provenance"]["argv"] == "suite/__main__.py run --plugin plugin.py --plugin other.py"
+    assert got["log"] == "results.logs/c.log" and str(tmp_path) not in store.path.read_text()
+    assert rec["config"]["plugins"][0] == inside  # the caller's record is not changed
+
+
 def test_append_and_read_back_with_pandas(tmp_path):
     store = ResultsStore(tmp_path / "sub" / "store.jsonl")
     assert store.records() == [] and store.done_keys() == set()
