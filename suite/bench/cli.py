@@ -236,6 +236,17 @@ def cmd_check(args: argparse.Namespace) -> int:
     return int(pytest.main(argv + list(args.pytest_args)))
 
 
+# --------------------------------------------------------------------------- submit
+def cmd_submit(args: argparse.Namespace) -> int:
+    from .submit import submit
+
+    entry = Path(args.entry)
+    if not entry.is_dir():
+        raise UsageError(f"{entry}: no such entry folder (records/<entry>/ with entry.yaml and results *.jsonl)")
+    return submit(entry, out_dir=Path(args.out), rule=args.rule, network=args.network, baselines=not args.no_baselines,
+                  screenshots=not args.no_screenshots, progress=not args.no_progress)  # fmt: skip
+
+
 # --------------------------------------------------------------------------- report
 def _load_for_report(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[str]]:
     from leaderboard.submissions import load_all
@@ -440,7 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mpcbench",
         description="Benchmark compressors of activations and gradients in pipeline- and data-parallel training.",
     )
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{list,run,check,report,validate}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{list,run,check,submit,report,validate}")
 
     p = sub.add_parser("list", help="list compressors, tasks and tiers")
     p.add_argument("what", nargs="*", choices=["compressors", "tasks", "tiers"], help="what to list (default: all)")
@@ -459,6 +470,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pytest", dest="pytest_args", action="append", default=[], metavar="ARG",
                    help="pass ARG to pytest (repeatable), e.g. --pytest=-x --pytest=-v")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("submit", help="validate records/<entry>, run the none baselines it lacks, screenshot its views")
+    p.add_argument("entry", help="the entry folder, records/<entry>")
+    p.add_argument("--out", default="results/preview", help="where the screenshots go (default results/preview)")
+    p.add_argument("--rule", default="time_to_target", choices=RULE_CHOICES, metavar="RULE",
+                   help="ranking rule of the screenshots: %(choices)s (default time_to_target)")
+    p.add_argument("--network", default="1Gbps", help="network of the screenshots (default 1Gbps)")
+    p.add_argument("--no-baselines", action="store_true", help="do not run missing none baselines")
+    p.add_argument("--no-screenshots", action="store_true", help="validate (and run baselines) only")
+    p.add_argument("--no-progress", action="store_true", help="plain lines instead of a progress bar")
+    p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("report", help="ranked table per task and tier")
     p.add_argument("--results", action="append", default=None, help=f"results store(s) (default {DEFAULT_STORE})")
