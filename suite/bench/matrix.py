@@ -197,8 +197,9 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
             for field, cell_field in CELL_OPTIONS:
                 if (v := getattr(sel, field)) is not None:
                     settings[cell_field] = v
-            # data parallelism needs one process per replica: such cells always go through torchrun
-            mode = "torchrun" if int(settings.get("dp", 1) or 1) > 1 else sel.mode
+            # data parallelism, several hosts and emulated links need one process per stage / replica: torchrun
+            multi = int(settings.get("dp", 1) or 1) > 1 or int(settings.get("nnodes", 1) or 1) > 1 or settings.get("link")
+            mode = "torchrun" if multi else sel.mode
             for seed in seeds:
                 cfg = CellConfig(
                     task=task,
@@ -257,7 +258,13 @@ def missing_device(cell: PlannedCell) -> str | None:
     """Why ``cell`` cannot run on this machine's hardware (it wants CUDA and there is none), or None.
 
     Checked by the runners before starting cells, so a GPU tier on a CPU-only machine gives
-    one clear line instead of one failed record per cell."""
+    one clear line instead of one failed record per cell. Emulated links (``--link``) need root and
+    ``ip``/``tc`` (``suite.pipeline.netns.missing_requirements``)."""
+    if cell.config.link is not None:
+        from suite.pipeline.netns import missing_requirements
+
+        if (problem := missing_requirements()) is not None:
+            return problem
     if cell.config.device != "cuda":
         return None
     import torch

@@ -192,6 +192,15 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option("--microbatches", "microbatches", int, cell="microbatches",
            help="micro-batches per step (default: the tier's; must divide the batch size)"),  # fmt: skip
     Option("--steps", "steps", int, cell="steps", help="override the tier's step count"),
+    Option("--nnodes", "nnodes", int, cell="nnodes", help="hosts the torchrun job spans (implies --mode torchrun; must "
+           "divide stages x dp-size); with --link: emulated hosts (default one per process)"),  # fmt: skip
+    Option("--node-rank", "node_rank", int, cell="node_rank", help="this host's index among --nnodes real hosts "
+           "(0 serves the rendezvous); run the same command on every host"),  # fmt: skip
+    Option("--rdzv-endpoint", "rdzv_endpoint", cell="rdzv_endpoint", metavar="HOST:PORT",
+           help="node 0's address and a free port, for the c10d rendezvous of --nnodes real hosts"),  # fmt: skip
+    Option("--link", "link", cell="link", metavar="LINK", help="emulate the hosts on this machine, one network "
+           "namespace each, every node's traffic limited to LINK both ways: a network profile (100Mbps, 1Gbps, ...) "
+           "or a rate (250mbit, 20Mbps); bandwidth only, no added latency; needs root, ip and tc"),  # fmt: skip
     Option("--results", None, default=DEFAULT_STORE, help=f"results store (JSON Lines; default {DEFAULT_STORE})"),
     Option("--plugin", "plugins", repeat=True, convert=_plugin,
            help="plugin module or .py file to import first (repeatable)"),  # fmt: skip

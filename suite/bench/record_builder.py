@@ -187,6 +187,8 @@ def build_record(
             # what the network model used: a stored run can be re-modeled under other profiles
             "timing_inputs": dict(getattr(r, "timing_inputs", {}) or {}),
             "warnings": expansion_warnings(config, r),
+            # multi-host / emulated-link runs: hosts, link, kernel byte counters, measured next to modeled
+            **({"network": dict(r.network)} if getattr(r, "network", None) else {}),
             "config": config.to_dict(),
             "provenance": provenance,
             "log": log,

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from compressors.api import CompressorError, TensorRole, did_you_mean
 from suite.results.records import MAX_SEED
 
-from .schedules import SCHEDULES, build_schedule
+from .schedules import SCHEDULES, build_schedule, pipeline_ranks
 
 __all__ = [
     "Direction",
@@ -157,6 +158,12 @@ class CellConfig:
         check_consistency: debug mode, the sender/receiver consistency check at every boundary
             (``suite.pipeline.boundary``; ``mpcbench run --check-consistency``). A check, not a different
             measurement: not part of the identity, so it does not change the cell key.
+        nnodes: hosts the torchrun job spans (torchrun only; must divide stages x dp). With ``link`` and
+            nnodes 1 it becomes one node per process.
+        node_rank: this host's index (0 hosts the rendezvous and stores the result; not identity).
+        rdzv_endpoint: ``HOST:PORT`` of the c10d rendezvous on node 0 (real hosts; not identity).
+        link: emulate hosts on this machine, one network namespace per node, each limited to this
+            rate both ways (a network profile name or a rate such as ``250mbit``; root only).
     """
 
     task: str
@@ -177,9 +184,15 @@ class CellConfig:
     time_limit_s: float | None = None
     comm_timeout_s: float = 120.0
     check_consistency: bool = False
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    link: str | None = None
 
     # fields that do not change what is measured: excluded from the cell key
-    _NON_IDENTITY = ("data_dir", "time_limit_s", "comm_timeout_s", "check_consistency")
+    _NON_IDENTITY = ("data_dir", "time_limit_s", "comm_timeout_s", "check_consistency", "node_rank", "rdzv_endpoint")
+    # fields left out of the identity at their default, so older records keep their keys
+    _IDENTITY_IF_SET = {"nnodes": 1, "link": None}
 
     def validate(self) -> "CellConfig":
         """Check names and ranges; return the config with canonical compressor specs."""
@@ -234,7 +247,37 @@ class CellConfig:
         for b, _, _ in self.plan.per_boundary:
             if not 0 <= b < n - 1:
                 raise ConfigError(f"per_boundary boundary {b} out of range: {n} stages have boundaries 0..{n - 2}")
-        return replace(self, plan=self.plan.canonical())
+        return replace(self, plan=self.plan.canonical(), nnodes=self._check_hosts(n))
+
+    def _check_hosts(self, n_stages: int) -> int:
+        """Validate nnodes / node_rank / rdzv_endpoint / link; return nnodes (one per process with a link and no
+        nnodes given)."""
+        nproc = pipeline_ranks(self.schedule, n_stages) * self.dp
+        nnodes = self.nnodes
+        for name, v, lo in (("nnodes", nnodes, 1), ("node_rank", self.node_rank, 0)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                raise ConfigError(f"{name}={v!r} must be an integer >= {lo}")
+        if self.link is not None:
+            from .netns import parse_link
+
+            try:
+                parse_link(self.link)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+            nnodes = nproc if nnodes == 1 else nnodes
+        if nnodes > 1 or self.link is not None:
+            if self.mode != "torchrun":
+                raise ConfigError(f"nnodes={nnodes} / link={self.link!r} need mode=torchrun (one process per stage); use --mode torchrun")
+            if nproc % nnodes:
+                raise ConfigError(f"nnodes={nnodes} must divide the job's {nproc} processes (pipeline ranks x dp; spread evenly over hosts)")
+        if self.node_rank >= nnodes:
+            raise ConfigError(f"node_rank={self.node_rank} must be < nnodes={nnodes}")
+        if self.link is None and nnodes > 1:
+            if not self.rdzv_endpoint or not re.fullmatch(r"\[?[\w.\-:]+\]?:\d{1,5}", self.rdzv_endpoint):
+                raise ConfigError(
+                    f"nnodes={nnodes} on real hosts needs rdzv_endpoint=HOST:PORT (node 0's address), got {self.rdzv_endpoint!r}"
+                )
+        return nnodes
 
     @property
     def n_stages(self) -> int:
@@ -247,6 +290,9 @@ class CellConfig:
         d = self.to_dict()
         for k in self._NON_IDENTITY:
             d.pop(k, None)
+        for k, default in self._IDENTITY_IF_SET.items():
+            if d.get(k) == default:
+                d.pop(k, None)
         return d
 
     def key(self) -> str:

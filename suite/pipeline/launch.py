@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .config import CellConfig
@@ -35,9 +35,10 @@ from .errors import RunError, RunTimeout
 from .result import RunResult
 from .schedules import pipeline_ranks
 
-__all__ = ["launch", "DEFAULT_TIME_LIMIT_S", "RUN_MARKER"]
+__all__ = ["launch", "run_agents", "torchrun_command", "DEFAULT_TIME_LIMIT_S", "RUN_MARKER"]
 
 DEFAULT_TIME_LIMIT_S = 4 * 3600.0  # watchdog when the config sets no time_limit_s
+FAILURE_GRACE_S = 10.0  # after one host's agent failed, the others' time to report before they are killed
 RUN_MARKER = "MPCBENCH_RUN_DIR"  # env var set on every process of a run (the cleanup sweep's key)
 _DIST_ENV = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
 _SECONDARY = ("peer died or stalled", "Connection closed", "Connection reset", "Broken pipe", "SIGTERM", "SignalException")
@@ -49,51 +50,150 @@ def _absolute_plugins(cfg: CellConfig) -> CellConfig:
     return replace(cfg, plugins=fixed)
 
 
-def launch(config: CellConfig, keep_dir: bool = False) -> RunResult:
-    """Run ``config`` (already validated, mode torchrun) under torchrun; see the module docstring."""
-    nproc = pipeline_ranks(config.schedule, config.n_stages) * config.dp
-    run_dir = Path(tempfile.mkdtemp(prefix="mpcbench-run-"))
-    cfg_path = run_dir / "config.json"
-    cfg_path.write_text(json.dumps(_absolute_plugins(config).to_dict()))
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-        "--max-restarts=0", "--monitor-interval=0.1",
-        "-m", "suite.pipeline.worker", "--config", str(cfg_path), "--out", str(run_dir),
-    ]  # fmt: skip
-    env = {**os.environ, RUN_MARKER: str(run_dir), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+@dataclass
+class _Agent:
+    """One torchrun agent: the whole job on one host, or one node of a multi-host job."""
+
+    label: str  # how errors name it ("node 1 (namespace mpcbl-00abcd-n1)")
+    cmd: list[str]
+    env: dict[str, str]
+    run_dir: Path
+    proc: subprocess.Popen | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / "torchrun.log"
+
+
+def _base_env() -> dict[str, str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     for k in list(env):  # a run launched from inside another distributed job starts fresh
         if k in _DIST_ENV or k.startswith("TORCHELASTIC_"):
             del env[k]
+    return env
+
+
+def torchrun_command(
+    config: CellConfig,
+    run_dir: Path,
+    *,
+    nproc_per_node: int,
+    nnodes: int = 1,
+    rdzv_endpoint: str | None = None,
+    is_host: bool | None = None,
+    local_addr: str | None = None,
+) -> list[str]:
+    """The torchrun command of one host; writes the config file it reads into ``run_dir``.
+
+    One host: ``--standalone``. Several: the c10d rendezvous at ``rdzv_endpoint`` with one
+    rendezvous id per cell (every host derives the same one). ``is_host`` pins which host serves
+    the rendezvous store and ``local_addr`` the address this host advertises to the others;
+    torchrun guesses both from the host name otherwise, which fails when hosts share a host name
+    (network namespaces on one machine; see docs/ARCHITECTURE.md, "Several hosts")."""
+    cfg_path = run_dir / "config.json"
+    cfg_path.write_text(json.dumps(_absolute_plugins(config).to_dict()))
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}",
+           "--max-restarts=0", "--monitor-interval=0.1"]  # fmt: skip
+    if nnodes == 1 and rdzv_endpoint is None:
+        cmd.insert(3, "--standalone")
+    else:
+        cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id=mpcbench-{config.key()}"]
+        if is_host is not None:
+            cmd.append(f"--rdzv-conf=is_host={str(is_host).lower()}")
+        if local_addr:
+            cmd.append(f"--local-addr={local_addr}")
+    return cmd + ["-m", "suite.pipeline.worker", "--config", str(cfg_path), "--out", str(run_dir)]
+
+
+def launch(config: CellConfig, keep_dir: bool = False) -> RunResult:
+    """Run ``config`` (already validated, mode torchrun) under torchrun; see the module docstring.
+
+    ``config.link``: emulated hosts on this machine (``suite.pipeline.emulation``). ``config.nnodes > 1``:
+    this host's part of a multi-host job (every host runs the same command with its own ``node_rank``);
+    the result comes back to every host over the process group."""
+    if config.link is not None:
+        from .emulation import launch_emulated
+
+        return launch_emulated(config, keep_dir=keep_dir)
+    nproc = pipeline_ranks(config.schedule, config.n_stages) * config.dp // config.nnodes
+    run_dir = Path(tempfile.mkdtemp(prefix="mpcbench-run-"))
+    multi = config.nnodes > 1
+    cmd = torchrun_command(
+        config, run_dir, nproc_per_node=nproc, nnodes=config.nnodes, rdzv_endpoint=config.rdzv_endpoint,
+        is_host=(config.node_rank == 0) if multi else None,
+    )  # fmt: skip
+    label = f"node {config.node_rank}" if multi else "torchrun"
+    result = run_agents(config, [_Agent(label, cmd, _base_env(), run_dir)], keep_dir=keep_dir)
+    if multi:
+        result.network.update({"hosts": config.nnodes, "node_rank": config.node_rank, "link": "real network", "emulated": False})
+    return result
+
+
+def run_agents(config: CellConfig, agents: list[_Agent], keep_dir: bool = False, grace_s: float | None = None) -> RunResult:
+    """Start every agent, wait for all of them, return the result the first agent's host wrote.
+
+    When one agent fails the job cannot finish (no restarts): the others get ``grace_s`` (default
+    ``FAILURE_GRACE_S``, at most ``comm_timeout_s``) to write their ranks' errors before everything is
+    killed; past ``time_limit_s`` everything is killed. Every process carrying an agent's marker is
+    killed before returning."""
     limit = config.time_limit_s or DEFAULT_TIME_LIMIT_S
-    log_path = run_dir / "torchrun.log"
+    grace = min(FAILURE_GRACE_S, config.comm_timeout_s) if grace_s is None else grace_s
+    nproc = pipeline_ranks(config.schedule, config.n_stages) * config.dp
     ok = False
+    logs = []
     try:
-        with open(log_path, "wb") as log:
+        deadline = time.monotonic() + limit
+        for a in agents:
+            a.env[RUN_MARKER] = str(a.run_dir)
+            log = open(a.log_path, "wb")
+            logs.append(log)
             # torchrun stays in the caller's process group (a runner that kills its cell's group
             # reaches it) and dies with the caller; workers die with torchrun (see worker.py).
-            proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, preexec_fn=_pdeathsig_setter()
+            a.proc = subprocess.Popen(
+                a.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=a.env, preexec_fn=_pdeathsig_setter()
             )
-            try:
-                rc = proc.wait(timeout=limit)
-            except subprocess.TimeoutExpired:
-                _kill_run(run_dir, proc)
-                raise RunTimeout(
-                    f"run exceeded time_limit_s={limit:g}: killed all {nproc} ranks (log: {log_path})"
-                ) from None
-            except BaseException:  # KeyboardInterrupt etc.: never leave the job running
-                _kill_run(run_dir, proc)
-                raise
-        _kill_run(run_dir, proc)  # stragglers (should be none after torchrun exits)
-        result_path = run_dir / "result.json"
-        if rc != 0 or not result_path.exists():
-            raise RunError(_failure_line(run_dir, log_path, rc))
+        first_failure: tuple[float, _Agent] | None = None
+        try:
+            while True:
+                codes = [a.proc.poll() for a in agents if a.proc]
+                if all(c is not None for c in codes):
+                    break
+                now = time.monotonic()
+                if first_failure is None:
+                    bad = next((a for a in agents if a.proc and a.proc.poll() not in (None, 0)), None)
+                    if bad is not None:
+                        first_failure = (now, bad)
+                elif now - first_failure[0] > grace:
+                    break  # the others did not notice in time: kill them below
+                if now > deadline:
+                    _kill_agents(agents)
+                    raise RunTimeout(
+                        f"run exceeded time_limit_s={limit:g}: killed all {nproc} ranks (log: {agents[0].log_path})"
+                    )
+                time.sleep(0.05)
+        except BaseException:  # KeyboardInterrupt, SIGTERM turned into an exception: never leave the job running
+            _kill_agents(agents)
+            raise
+        killed = [a for a in agents if a.proc and a.proc.poll() is not None and a.proc.returncode < 0]
+        _kill_agents(agents)  # stragglers (none after a clean exit)
+        result_path = agents[0].run_dir / "result.json"
+        if any(a.proc.returncode != 0 for a in agents if a.proc) or not result_path.exists():
+            raise RunError(_failure_line(agents, first_failure[1] if first_failure else None, killed))
         result = RunResult.from_dict(json.loads(result_path.read_text()))
         ok = True
         return result
     finally:
+        for log in logs:
+            log.close()
         if ok and not keep_dir:
-            shutil.rmtree(run_dir, ignore_errors=True)
+            for a in agents:
+                shutil.rmtree(a.run_dir, ignore_errors=True)
+
+
+def _kill_agents(agents: list[_Agent]) -> None:
+    for a in agents:
+        if a.proc is not None:
+            _kill_run(a.run_dir, a.proc)
 
 
 def _pdeathsig_setter():
@@ -150,8 +250,27 @@ def _kill_run(run_dir: Path, proc: subprocess.Popen) -> None:
         pass
 
 
-def _failure_line(run_dir: Path, log_path: Path, rc: int) -> str:
-    """One line naming the failing rank and its error (primary errors before peer fallout)."""
+def _failure_line(agents: list[_Agent], first: _Agent | None, killed: list[_Agent]) -> str:
+    """One line naming the failing agent or rank and its error (primary errors before peer fallout)."""
+    where = agents[0].log_path if len(agents) == 1 else agents[0].run_dir.parent
+    # an agent killed from outside (a signal before we killed anything) is the root cause of its peers' errors
+    if len(agents) > 1 and killed:
+        a = first if first in killed else killed[0]
+        return (f"torchrun run failed: {a.label}: its torchrun died (signal {-a.proc.returncode}); "
+                f"the other hosts stopped (logs: {where})")  # fmt: skip
+    msgs = [_agent_failure(a) for a in agents]
+    primary = [m for m, is_primary in msgs if m and is_primary]
+    others = [m for m, is_primary in msgs if m and not is_primary]
+    msg = (primary or others or [f"torchrun exited with code {agents[0].proc.returncode} and no output"])[0]
+    if len(agents) > 1:
+        a = next(a for a, (m, _) in zip(agents, msgs) if m == msg)
+        msg = f"{a.label}: {msg}"
+    return f"torchrun run failed: {msg} (log: {where})"
+
+
+def _agent_failure(agent: _Agent) -> tuple[str | None, bool]:
+    """(one line, is it a root cause) for one agent's job, from its ranks' error files and torchrun's log."""
+    run_dir, log_path = agent.run_dir, agent.log_path
     errors = sorted((run_dir / "errors").glob("rank*.txt"), key=lambda f: f.stat().st_mtime)
     lines = [f.read_text().strip() for f in errors]
     primary = [l for l in lines if not any(s in l for s in _SECONDARY)]
@@ -163,16 +282,17 @@ def _failure_line(run_dir: Path, log_path: Path, rc: int) -> str:
     silent = [(r, c) for r, c in failed if not any(l.startswith((f"rank {r} ", f"rank {r}:")) for l in lines)]
     silent.sort(key=lambda rc: int(rc[1]) >= 0)
     if primary:
-        msg = primary[0]
-    elif silent:
+        return primary[0], True
+    if silent:
         r, code = silent[0]
         how = f"signal {-int(code)}" if int(code) < 0 else f"exit code {code}"
         msg = f"rank {r} died ({how}) without a Python error"
         if lines:
             msg += f"; then {lines[0]}"
-    elif lines:
-        msg = lines[0]
-    else:
-        tail = [l.strip() for l in log.splitlines() if l.strip()]
-        msg = tail[-1] if tail else f"torchrun exited with code {rc} and no output"
-    return f"torchrun run failed: {msg} (log: {log_path})"
+        return msg, True
+    if lines:
+        return lines[0], False
+    if agent.proc is not None and agent.proc.returncode in (0, None):
+        return None, False
+    tail = [l.strip() for l in log.splitlines() if l.strip()]
+    return (tail[-1] if tail else None), False

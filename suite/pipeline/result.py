@@ -76,6 +76,10 @@ class RunResult:
     stage_times: per stage TimeSplit dicts (the max is in ``time``).
     eval_bytes: evaluation traffic (not part of the benchmark's byte counts).
     wire_bytes_by_step: "forward" / "backward" / "dp" -> wire bytes of each step.
+    network: multi-host and emulated-link runs: ``hosts``, ``link``, ``emulated``, ``latency_note``,
+        ``kernel_bytes`` (per node: the kernel's interface counters next to the wire bytes, see
+        ``suite.pipeline.wire_check``), ``measured`` (step and comm time over the link) and ``modeled``
+        (the network model's prediction for the same link); empty for one-host runs.
     timing_inputs: what the network model used (``suite.results.network.TimingInputs.to_dict``), so a
         stored run can be re-modeled under other profiles.
     """
@@ -106,6 +110,7 @@ class RunResult:
     eval_bytes: ByteCounts = field(default_factory=ByteCounts)
     wire_bytes_by_step: dict[str, list[int]] = field(default_factory=dict)
     timing_inputs: dict[str, Any] = field(default_factory=dict)
+    network: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -5,8 +5,9 @@
 
 Each rank initializes the process group (gloo on CPU, NCCL on CUDA, timeout =
 ``comm_timeout_s``), loads the config's plugins, trains its stage(s) (``suite.pipeline.placement``: one, or
-several for interleaved schedules), and sends its report to
-rank 0, which writes ``<run dir>/result.json``. A rank that fails writes one line to
+several for interleaved schedules), and sends its report to rank 0, which summarizes them and hands
+the result back to every rank; each host's local rank 0 writes ``<run dir>/result.json`` on its own
+file system (hosts share no file system). A rank that fails writes one line to
 ``<run dir>/errors/rank<r>.txt`` and exits non-zero; torchrun then stops the others.
 Workers die with their parent (PR_SET_PDEATHSIG) so that nothing outlives a killed run.
 """
@@ -59,6 +60,7 @@ from .placement import Placement  # noqa: E402
 from .schedules import pipeline_ranks  # noqa: E402
 from .trainer import resolve_device, train  # noqa: E402
 from .transport import DistTransport  # noqa: E402
+from .wire_check import counters_iface, kernel_check, read_counters  # noqa: E402
 
 __all__ = ["main"]
 
@@ -94,8 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         if world != P * D:
             raise ConfigError(f"world size {world} != pipeline ranks {P} x dp {D}")
         placement = Placement.of_rank(rank, S, P, D)
-        where = f"rank {rank} (stage {','.join(map(str, placement.stages))}, replica {placement.dp_rank})"
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
+        node = int(os.environ.get("GROUP_RANK", "0"))
+        where = f"rank {rank} (stage {','.join(map(str, placement.stages))}, replica {placement.dp_rank}" + (
+            f", node {node})" if cfg.nnodes > 1 else ")"
+        )
+        # emulated hosts (cfg.link) share this machine's cores: every rank of the job counts
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // (world if cfg.link else local_world)))
         device = resolve_device(cfg.device, local_rank, local_world)
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
@@ -107,16 +113,31 @@ def main(argv: list[str] | None = None) -> int:
         control = dist.new_group(backend="gloo") if backend != "gloo" else None  # for Python objects
         meter = ByteMeter()
         transport = DistTransport(meter, device, rank)
+        iface = counters_iface()
+        before = read_counters(iface) if iface and local_rank == 0 else None  # one reader per host
         report = train(cfg, placement, device, transport, dp_groups)
+        if iface:  # every send has arrived (isend returns while bytes still sit in socket buffers and qdiscs)
+            dist.barrier(group=control)
+        after = read_counters(iface) if before is not None else None
         report["meter"] = meter.to_list()
+        report["dp_size"], report["iface"] = D, iface
+        if before is not None and after is not None:
+            report["kernel"] = {"node": node, "iface": iface, "tx": after[0] - before[0], "rx": after[1] - before[1]}
         _trace("trained")
         gathered: list | None = [None] * world if rank == 0 else None
         dist.gather_object(report, gathered, dst=0, group=control)
+        box: list = [None]
         if rank == 0:
             assert gathered is not None
             result = summarize(cfg, gathered)
+            if cfg.nnodes > 1 or iface:
+                result.network["kernel_bytes"] = kernel_check(gathered)
+            box[0] = result.to_dict()
+        # the result travels over the process group: every host writes it locally (no shared file system)
+        dist.broadcast_object_list(box, src=0, group=control)
+        if local_rank == 0:
             tmp = out / "result.json.tmp"
-            tmp.write_text(json.dumps(result.to_dict()))
+            tmp.write_text(json.dumps(box[0]))
             tmp.rename(out / "result.json")
         dist.barrier(group=control)
         dist.destroy_process_group()

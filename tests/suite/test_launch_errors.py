@@ -7,7 +7,9 @@ import os
 import pytest
 
 from suite.pipeline.config import CellConfig
-from suite.pipeline.launch import _absolute_plugins, _failure_line
+from types import SimpleNamespace
+
+from suite.pipeline.launch import _Agent, _absolute_plugins, _failure_line
 
 
 @pytest.mark.parametrize(
@@ -30,8 +32,19 @@ def test_the_failure_line_names_the_root_cause(tmp_path, errors, log, expected):
         f.write_text(line + "\n")
         os.utime(f, (1000 + i, 1000 + i))
     (tmp_path / "torchrun.log").write_text(log)
-    msg = _failure_line(tmp_path, tmp_path / "torchrun.log", 1)
+    agent = _Agent("torchrun", [], {}, tmp_path, proc=SimpleNamespace(returncode=1))
+    msg = _failure_line([agent], agent, [])
     assert msg.startswith(f"torchrun run failed: {expected}") and "\n" not in msg
+
+
+def test_a_host_killed_from_outside_is_named_over_its_peers_errors(tmp_path):
+    agents = []
+    for i, rc in enumerate((1, -9)):
+        (tmp_path / f"node{i}" / "errors").mkdir(parents=True)
+        agents.append(_Agent(f"node {i} (namespace ns{i})", [], {}, tmp_path / f"node{i}", proc=SimpleNamespace(returncode=rc)))
+    (tmp_path / "node0" / "errors" / "rank0.txt").write_text("rank 0 (stage 0, replica 0, node 0): TransportError: peer died or stalled\n")
+    msg = _failure_line(agents, agents[1], [agents[1]])
+    assert msg.startswith("torchrun run failed: node 1 (namespace ns1): its torchrun died (signal 9)") and "\n" not in msg
 
 
 def test_plugin_paths_are_made_absolute_for_the_workers(tmp_path, monkeypatch):
