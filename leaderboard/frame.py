@@ -103,10 +103,14 @@ def setup_label(record: dict[str, Any]) -> str:
     parts.append(f"dp={dp}" if dp and dp != 1 else "")  # dp=1 is the default: not worth a word
     parts.append(f"{steps} steps" if steps else "")
     parts.append(f"warm-up {warmup}" if warmup else "")
+    hosts, link = _pos_int(cfg.get("nnodes")), _word(cfg.get("link"))
+    parts.append(f"{hosts} hosts" if hosts and hosts > 1 else "")
+    parts.append(f"link {link}" if link else "")  # an emulated link is another experiment
     return ", ".join(p for p in parts if p)
 
 
-_SETUP_CONFIG_KEYS = ("stages", "dp", "schedule", "microbatches", "compress_warmup_steps", "mode", "device", "steps")
+_SETUP_CONFIG_KEYS = ("stages", "dp", "schedule", "microbatches", "compress_warmup_steps", "mode", "device", "steps",
+                      "nnodes", "link")  # fmt: skip
 
 
 def _setup_signature(record: dict[str, Any]) -> str:
@@ -185,7 +189,9 @@ def to_frame(records: Iterable[dict[str, Any]], *, details: bool = True) -> pd.D
     - bytes: ``raw_bytes_<dir>, wire_bytes_<dir>, ratio_<dir>`` (raw / wire, NaN when the
       direction sent nothing) for forward/backward/dp/total, and ``bytes_per_step_<dir>``
       (wire bytes per training step; total = sum of the directions present).
-    - time: measured ``step_s, compute_s, compress_s, comm_s, total_train_s, wall_s``;
+    - time: measured ``step_s, compute_s, compress_s, comm_s, total_train_s, wall_s``; over a link
+      (``mpcbench run --link``): ``link``, ``measured_link_step_s`` and ``modeled_link_step_s`` (the
+      network model for the same link; NaN / ``""`` for runs without one);
       modeled ``time_to_target_s@<profile>`` (NaN: target not reached) and ``total_s@<profile>``
       for every network profile present in any record.
     - ``warnings`` (list of one-line strings, e.g. a payload larger than the raw tensor; see
@@ -228,7 +234,8 @@ _BASE_COLUMNS = [
     "task", "tier", "compressor", "setup", "seed", "status", "error", "metric_name", "higher_is_better",
     "final_metric", "final_metric_uncompressed", "target", "reached_target_step",
     *[f"{k}_{d}" for k in ("raw_bytes", "wire_bytes", "ratio", "bytes_per_step") for d in BYTE_DIRECTIONS],
-    "step_s", "compute_s", "compress_s", "comm_s", "total_train_s", "wall_s", "warnings", "n_warnings", "latest",
+    "step_s", "compute_s", "compress_s", "comm_s", "total_train_s", "wall_s", "link", "measured_link_step_s",
+    "modeled_link_step_s", "warnings", "n_warnings", "latest",
 ]  # fmt: skip
 
 
@@ -293,6 +300,11 @@ def _flatten(r: dict[str, Any], details: bool = True) -> dict[str, Any]:
     for k in ("step_s", "compute_s", "compress_s", "comm_s", "total_train_s"):
         row[k] = _num(t.get(k))
     row["wall_s"] = _num(r.get("wall_s"))
+    # over a real or emulated link: the measured step next to the model's for the same link
+    net = _dict(r.get("network"))
+    row["link"] = _str(net.get("link"))
+    row["measured_link_step_s"] = _num(_dict(net.get("measured")).get("step_s"))
+    row["modeled_link_step_s"] = _num(_dict(_dict(net.get("modeled")).get("as_emulated")).get("step_s"))
     for prof, m in _dict(r.get("modeled")).items():
         m = _dict(m)
         row[f"time_to_target_s@{prof}"] = _num(m.get("time_to_target_s"))

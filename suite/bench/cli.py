@@ -5,6 +5,8 @@
     mpcbench run --task cifar10 --compressor "topk(ratio=0.1)" # one compressor (+ none baseline)
     mpcbench run --task sst2 --forward "quant(bits=4)" --backward "quant(bits=8)" --seeds 3
     mpcbench run --mode torchrun --task shakespeare --compressor fp8 --stages 4
+    mpcbench run --link 100Mbps --task shakespeare --compressor fp8   # emulated hosts (root)
+    mpcbench links --task shakespeare --compressor none --link 1Gbps --link 20mbit   # measured vs modeled
     mpcbench report --network 1Gbps
     mpcbench validate results/store.jsonl    # or records/<entry>/, or a matrix .yaml
 
@@ -190,6 +192,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_FAILED if bad else EXIT_OK
 
 
+# --------------------------------------------------------------------------- links
+def cmd_links(args: argparse.Namespace) -> int:
+    """Run the selected cells once per ``--link`` (skipping stored ones), then print measured vs modeled."""
+    from .links import format_rows, link_rows
+    from .store import ResultsStore, read_jsonl
+
+    if not args.links:
+        raise UsageError("give at least one --link (a network profile such as 100Mbps or a rate such as 20mbit)")
+    rc = EXIT_OK
+    keys: set[str] = set()
+    for link in args.links:
+        args.link = link
+        if not args.report_only:
+            rc = max(rc, cmd_run(args))
+        from .matrix import plan_cells
+
+        keys |= {c.config.key() for c in plan_cells(_selection(args)) if c.runnable}
+    if args.dry_run:
+        return rc
+    records = [r for r in ResultsStore(args.results).records() if r.get("cell_key") in keys]
+    references: list = []
+    for ref in args.reference:
+        path = Path(ref)
+        for f in sorted(path.glob("*.jsonl")) if path.is_dir() else [path]:
+            references += read_jsonl(f)[0]
+    print(format_rows(link_rows(records, references)))
+    return rc
+
+
 # --------------------------------------------------------------------------- check
 def _plugin_target(raw: str) -> str:
     """A plugin argument as ``load_plugin`` takes it: a ``.py`` file (absolute) or a module name.
@@ -371,6 +402,12 @@ def cmd_report(args: argparse.Namespace) -> int:
                 print(_markdown(table))
             else:
                 print(table.to_string(index=False))
+    from .links import format_rows, link_rows
+
+    wanted = set(frame["record_id"])
+    if rows := link_rows(r for r in records if r.get("record_id") in wanted):  # runs over real or emulated links
+        print("\nmeasured over links next to the network model (mpcbench links):")
+        print(format_rows(rows))
     failed = frame[(frame["status"] != "ok") & frame["latest"]]
     if len(failed):
         print(f"\n{len(failed)} failed cell(s) (latest record per cell):")
@@ -451,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mpcbench",
         description="Benchmark compressors of activations and gradients in pipeline- and data-parallel training.",
     )
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{list,run,check,submit,report,validate}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{list,run,links,check,submit,report,validate}")
 
     p = sub.add_parser("list", help="list compressors, tasks and tiers")
     p.add_argument("what", nargs="*", choices=["compressors", "tasks", "tiers"], help="what to list (default: all)")
@@ -462,6 +499,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run one cell or a matrix into the results store")
     add_to_argparse(p, RUN_OPTIONS + CLI_RUN_OPTIONS)  # the same table as pytest suite's options
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("links", help="run cells over emulated links (--link, repeatable) and print measured vs modeled times")
+    add_to_argparse(p, tuple(o for o in RUN_OPTIONS if o.flag != "--link") + CLI_RUN_OPTIONS)
+    p.add_argument("--link", dest="links", action="append", default=[], metavar="LINK",
+                   help="a network profile or rate to run every selected cell over (repeatable)")
+    p.add_argument("--reference", action="append", default=[], metavar="STORE",
+                   help="results store or records folder with full-length runs: their steps to target give the "
+                   "time to target of shortened runs (repeatable)")  # fmt: skip
+    p.add_argument("--report-only", action="store_true", help="print the table from the store, run nothing")
+    p.set_defaults(func=cmd_links, link=None)
 
     p = sub.add_parser("check", help="run the generic compressor contract (pytest) on a plugin")
     p.add_argument("plugin", help="the plugin: a .py file, a module name, or a package / project folder")

@@ -174,3 +174,27 @@ def test_killing_one_nodes_torchrun_ends_the_run_naming_it_and_leaves_nothing(tm
     assert "node 1" in record["error"] and "died" in record["error"] and "\n" not in record["error"]
     assert took < 60  # FAILURE_GRACE_S after the agent's death, plus clean-up
     assert existing() == [] and _agent_pids(0) == [] and _agent_pids(1) == []
+
+
+@pytest.mark.distributed
+def test_two_hosts_by_hand_store_the_same_result(tmp_path):
+    """The real multi-host path (``--nnodes 2 --node-rank i --rdzv-endpoint``) with both "hosts" on
+    this machine over loopback: no root needed; each host writes its own store."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = []
+    for i in range(2):
+        cmd = [sys.executable, "-m", "suite", "run", "--task", "tiny", "--plugin", TINY, "--compressor", "topk(ratio=0.25)",
+               "--no-baseline", "--stages", "2", "--nnodes", "2", "--node-rank", str(i), "--rdzv-endpoint",
+               f"127.0.0.1:{port}", "--results", str(tmp_path / f"host{i}.jsonl"), "--no-progress"]  # fmt: skip
+        procs.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    outs = [p.communicate(timeout=600)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    records = [json.loads((tmp_path / f"host{i}.jsonl").read_text().splitlines()[-1]) for i in range(2)]
+    assert records[0]["network"]["hosts"] == 2 and records[0]["network"]["emulated"] is False
+    assert records[0]["final_metric"] == records[1]["final_metric"] and records[0]["bytes"] == records[1]["bytes"]
+    assert records[0]["cell_key"] == records[1]["cell_key"]
