@@ -1,5 +1,6 @@
 """``mpcbench submit records/<entry>``: validate an entry, add the baselines it lacks, preview it.
 
+0. write a first ``entry.yaml`` when the folder has none (name, submitter, date, plugin hash);
 1. validate the folder as the leaderboard will (:func:`leaderboard.submissions.load_entry`);
 2. find the ``none`` baseline cells the entry's records need (same task, tier, seed and run
    setup, on the same machine class: the leaderboard compares an entry only with its own
@@ -15,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["Baselines", "missing_baselines", "screenshot_commands", "BASELINE_FILE"]
+__all__ = ["Baselines", "missing_baselines", "screenshot_commands", "submit", "write_entry_yaml", "BASELINE_FILE"]
 
 BASELINE_FILE = "baselines.jsonl"
 
@@ -100,6 +101,28 @@ def screenshot_commands(entry: Path, out_dir: Path, views: list[tuple[str, str]]
     ]
 
 
+def write_entry_yaml(entry: Path) -> Path:
+    """A first ``entry.yaml``: the folder's name, the git user (else $USER), today's date, and
+    ``plugin.py`` with its hash when the folder has one (the fields: records/README.md)."""
+    import datetime
+    import getpass
+    import json as _json
+
+    from leaderboard.submissions import plugin_file_hash
+
+    try:
+        who = subprocess.run(["git", "config", "user.name"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        who = ""
+    lines = [f"name: {_json.dumps(entry.name)}", f"submitter: {_json.dumps(who or getpass.getuser())}",
+             f"date: \"{datetime.date.today().isoformat()}\""]  # fmt: skip
+    if (entry / "plugin.py").is_file():
+        lines += ["plugin: plugin.py", f"plugin_hash: {plugin_file_hash(entry / 'plugin.py')}"]
+    path = entry / "entry.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def submit(
     entry: Path,
     *,
@@ -120,6 +143,8 @@ def submit(
     from .runner import run_cells
     from .store import ResultsStore
 
+    if not (entry / "entry.yaml").exists():
+        say(f"mpcbench submit: wrote {write_entry_yaml(entry)}: check name and submitter, add a description")
     records, problems = load_entry(entry)
     for p in problems:
         print(p)

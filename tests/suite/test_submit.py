@@ -65,6 +65,18 @@ def test_submit_runs_the_missing_baseline_once_and_stores_portable_paths(tmp_pat
     assert len(read_jsonl(entry / "baselines.jsonl")[0]) == 1
 
 
+def test_submit_writes_a_first_entry_yaml_with_the_plugin_hash(tmp_path, capsys):
+    entry = tmp_path / "records" / "fresh"
+    entry.mkdir(parents=True)
+    (entry / "plugin.py").write_text(PLUGIN)
+    (entry / "results.jsonl").write_text("")
+    assert main(["submit", str(entry), "--no-screenshots", "--no-baselines"]) == 1  # valid, but no records yet
+    err = capsys.readouterr().err
+    assert f"wrote {entry / 'entry.yaml'}" in err and "no ok records yet" in err
+    text = (entry / "entry.yaml").read_text()
+    assert 'name: "fresh"' in text and f"plugin_hash: {_file_hash(entry / 'plugin.py')}" in text
+
+
 def test_submit_refuses_an_invalid_entry_before_running_anything(tmp_path, capsys):
     entry = _entry(tmp_path)
     (entry / "plugin.py").write_text(PLUGIN + "\n# edited after hashing\n")
