@@ -2,7 +2,7 @@
 # The main job on a fresh machine: install, run the quick matrix into results/store.jsonl,
 # print the ranking.
 #
-#   bash ci/main.sh                       # quick tier, every task, seeds from the matrix (1)
+#   bash ci/main.sh                       # quick tier, every task, seeds from the matrix (3)
 #   bash ci/main.sh --seeds 3             # extra arguments go to `mpcbench run`
 #   MPCBENCH_TIER=smoke bash ci/main.sh   # a different tier
 #
