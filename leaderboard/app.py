@@ -59,6 +59,7 @@ TASK_DESCRIPTIONS = {  # one line each; the task modules' docstrings say more
     "shakespeare": "Tiny Shakespeare character-level language modelling: a GPT decoder (nanoGPT's shakespeare-char "
                    "in the full tier) pretrained from scratch. Metric: validation loss in nats (lower is better).",
 }  # fmt: skip
+MAX_LABELS = 30  # named points on the Pareto plot: the frontier first, then the best quality
 PLOT_W, PLOT_H = 860, 400  # fixed chart size: label placement works in these pixels
 # URL parameter -> (session key, parser)
 URL_KEYS = ("task", "tier", "rule", "quality", "network", "bw", "lat", "direction", "min_ratio", "local", "entry")
@@ -215,12 +216,16 @@ def _pareto_chart(table: pd.DataFrame, direction: str, metric: str, higher_is_be
     ylo, yhi = qlo - pad, qhi + pad
     sx = Scale(lo, hi, PLOT_W, log=True)
     sy = Scale(ylo, yhi, PLOT_H, flip=higher_is_better)  # screen y grows downwards
-    order = pts.sort_values(["frontier", "quality"], ascending=[False, not higher_is_better]).index
+    # labels for the frontier and the best points, at most MAX_LABELS (the rest: tooltips), placed
+    # so that no two overlap (leader lines where they had to move away from their point)
+    order = pts.sort_values(["frontier", "quality"], ascending=[False, not higher_is_better]).index[:MAX_LABELS]
     places = place_labels(list(pts.loc[order, "bytes_per_step"]), list(pts.loc[order, "quality"]),
                           list(pts.loc[order, "label"]), sx, sy)  # fmt: skip
+    pts["label_x"], pts["label_y"], pts["leader"] = np.nan, np.nan, False
     pts.loc[order, "label_x"] = [p.x for p in places]
     pts.loc[order, "label_y"] = [p.y for p in places]
     pts.loc[order, "leader"] = [p.leader for p in places]
+    named = pts.loc[order]
     xs = alt.Scale(type="log", domain=[lo, hi])
     ys = alt.Scale(domain=[ylo, yhi], reverse=not higher_is_better, zero=False)
     x = alt.X("bytes_per_step:Q", scale=xs, title=f"wire bytes per step ({direction}, log)")
@@ -231,11 +236,11 @@ def _pareto_chart(table: pd.DataFrame, direction: str, metric: str, higher_is_be
     points = alt.Chart(pts).mark_point(size=120, opacity=0.9, filled=True).encode(x=x, y=y, color=color, tooltip=tooltip, **extra)
     front = pts[pts["frontier"]].sort_values("bytes_per_step")
     line = alt.Chart(front).mark_line(color="#d62728", strokeDash=[4, 3]).encode(x=x, y=y)
-    lead = pts[pts["leader"]]
+    lead = named[named["leader"]]
     leaders = alt.Chart(lead).mark_rule(color="#9e9e9e", strokeWidth=0.8).encode(
         x=x, y=y, x2="label_x:Q", y2="label_y:Q"
     )
-    labels = alt.Chart(pts).mark_text(align="left", baseline="middle", fontSize=11).encode(
+    labels = alt.Chart(named).mark_text(align="left", baseline="middle", fontSize=11).encode(
         x=alt.X("label_x:Q", scale=xs), y=alt.Y("label_y:Q", scale=ys), text="label:N"
     )
     return (line + leaders + points + labels).properties(width=PLOT_W, height=PLOT_H)

@@ -44,18 +44,27 @@ def pareto_ranks(
     valid = df[[x, y]].dropna()
     xs = valid[x].to_numpy(float) * (1 if minimize_x else -1)  # smaller is better after the sign flip
     ys = valid[y].to_numpy(float) * (-1 if maximize_y else 1)
-    remaining = np.arange(len(valid))
-    level = 1
-    while len(remaining):
-        px, py = xs[remaining], ys[remaining]
-        # dominated[i]: some j is <= on both and < on one
-        le = (px[None, :] <= px[:, None]) & (py[None, :] <= py[:, None])
-        lt = (px[None, :] < px[:, None]) | (py[None, :] < py[:, None])
-        dominated = (le & lt).any(axis=1)
-        front = remaining[~dominated]
-        out.loc[valid.index[front]] = level
-        remaining = remaining[dominated]
-        level += 1
+    # one sweep in order of x (then y): a point joins the first level none of whose points
+    # dominates it. Within a level sorted by x, y strictly falls, so the level's last point
+    # (its smallest y) decides, and the levels' last y values grow with the level: O(n log n)
+    tails: list[tuple[float, float]] = []  # per level: (y, x) of its last point
+    levels = np.zeros(len(valid), dtype=np.int64)
+    for i in np.lexsort((ys, xs)):
+        px, py = xs[i], ys[i]
+        lo, hi = 0, len(tails)
+        while lo < hi:  # first level whose last point does not dominate (px, py)
+            mid = (lo + hi) // 2
+            ty, tx = tails[mid]
+            if ty < py or (ty == py and tx < px):
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == len(tails):
+            tails.append((py, px))
+        else:
+            tails[lo] = (py, px)
+        levels[i] = lo + 1
+    out.loc[valid.index] = levels
     return out
 
 

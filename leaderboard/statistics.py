@@ -18,6 +18,7 @@ seed) and marks a delta smaller than the MDD ``"not resolved"``.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -36,6 +37,8 @@ __all__ = [
     "MEASURED_SPREAD",
     "significance_marker",
     "welch_p",
+    "t_cdf",
+    "t_ppf",
     "minimal_detectable_difference",
     "aggregate",
 ]
@@ -45,6 +48,74 @@ N_TOO_SMALL = "n too small"
 NOT_RESOLVED = "not resolved"
 # one leaderboard row: a compressor of one entry under one run setup on one machine class
 GROUP = ["task", "tier", "entry", "compressor", "setup", "machine"]
+
+
+# --------------------------------------------------------------------------- Student's t
+# Pure-Python Student's t distribution (the page's cold start would spend ~1 s importing scipy
+# for two functions); tests/leaderboard/test_statistics.py checks both against scipy.
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta I_x(a, b) for 0 <= x <= 1."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    ln = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(ln) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(ln) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with ``df`` degrees of freedom (df > 0)."""
+    if math.isinf(t):
+        return 1.0 if t > 0 else 0.0
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+@functools.lru_cache(maxsize=1024)  # a page asks for a handful of (q, df) pairs, many times
+def t_ppf(q: float, df: float) -> float:
+    """The ``q`` quantile of Student's t (bisection on :func:`t_cdf`, to 1e-12)."""
+    if q == 0.5:
+        return 0.0
+    lo, hi = -1.0, 1.0
+    while t_cdf(lo, df) > q:
+        lo *= 2.0
+    while t_cdf(hi, df) < q:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, df) < q:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, abs(mid)):
+            break
+    return 0.5 * (lo + hi)
 
 
 # --------------------------------------------------------------------------- MDD
@@ -109,13 +180,11 @@ def minimal_detectable_difference(
     """
     if not (seed_std >= 0) or n < 1 or n_baseline < 1:
         return math.nan
-    from scipy import stats  # imported here: it costs seconds and only this needs it
-
     var = seed_std**2 * (1.0 / n + 1.0 / n_baseline)
     if eval_samples and metric_level is not None and 0.0 <= metric_level <= 1.0:
         var += 2.0 * metric_level * (1.0 - metric_level) / eval_samples
     df = max(1, n + n_baseline - 2)
-    crit = float(stats.t.ppf(1 - alpha / 2, df)) + float(stats.t.ppf(power, df))
+    crit = t_ppf(1 - alpha / 2, df) + t_ppf(power, df)
     return crit * math.sqrt(var)
 
 
@@ -138,8 +207,6 @@ def welch_p(mean_a: float, var_a: float, n_a: int, mean_b: float, var_b: float, 
     ``scipy.stats.ttest_ind(a, b, equal_var=False).pvalue``. NaN when a side has n < 2."""
     if n_a < 2 or n_b < 2:
         return math.nan
-    from scipy import stats
-
     va, vb = var_a / n_a, var_b / n_b
     denom = math.sqrt(va + vb)
     diff = mean_a - mean_b
@@ -149,13 +216,13 @@ def welch_p(mean_a: float, var_a: float, n_a: int, mean_b: float, var_b: float, 
     df = 1.0 if math.isnan(df) else df  # scipy's convention for zero-variance samples
     if math.isnan(t):
         return math.nan
-    return float(2 * stats.t.sf(abs(t), df))
+    return 2.0 * t_cdf(-abs(float(t)), df)
 
 
 # --------------------------------------------------------------------------- aggregation
-def _first_nonempty(frame: pd.DataFrame, keys: list[pd.Series], col: str) -> pd.Series:
-    """First non-empty string of ``col`` per group ("" when none)."""
-    return frame[col].replace("", np.nan).groupby(keys, sort=True, dropna=False).first().fillna("")
+def _first_nonempty(frame: pd.DataFrame, gid: pd.Series, col: str) -> pd.Series:
+    """First non-empty string of ``col`` per group id ("" when none)."""
+    return frame[col].replace("", np.nan).groupby(gid, sort=True).first().fillna("")
 
 
 def aggregate(frame: pd.DataFrame, *, spread: Mapping[tuple[str, str], SeedSpread] | None = None) -> pd.DataFrame:
@@ -197,8 +264,13 @@ def aggregate(frame: pd.DataFrame, *, spread: Mapping[tuple[str, str], SeedSprea
     frame = frame[frame["latest"]] if "latest" in frame else frame
     frame = frame.assign(**{c: "" for c in ("setup", "machine") if c not in frame})  # a frame built by hand
     ok = (frame["status"] == "ok").to_numpy()
-    keys = [frame[c] for c in GROUP]
-    by = lambda s: s.groupby(keys, sort=True, dropna=False)  # noqa: E731 - one grouping for every column
+    # one integer group id per row, computed once: grouping dozens of columns by six string
+    # keys each time would factorize the keys every time
+    grouped = frame.groupby(GROUP, sort=True, dropna=False)
+    gid = pd.Series(grouped.ngroup().to_numpy(), index=frame.index)
+    key_index = pd.MultiIndex.from_frame(grouped.size().reset_index()[GROUP])
+    keys = gid
+    by = lambda s: s.groupby(gid, sort=True)  # noqa: E731 - one grouping for every column
     val = frame["final_metric"].where(ok)
     out = pd.DataFrame({"n": by(val).count()})
     out["n_failed"] = by(pd.Series(~ok, index=frame.index)).sum().astype(int)
@@ -206,8 +278,8 @@ def aggregate(frame: pd.DataFrame, *, spread: Mapping[tuple[str, str], SeedSprea
     warn = frame["n_warnings"] if "n_warnings" in frame else pd.Series(0, index=frame.index)
     out["n_warnings"] = by(warn).sum().astype(int)
     out["warned_seeds"] = by(warn > 0).sum().astype(int)
-    seeds = frame.loc[ok, [*GROUP, "seed"]].sort_values("seed")
-    seed_lists = seeds.groupby(GROUP, sort=True, dropna=False)["seed"].agg(lambda s: [int(v) for v in s])
+    seeds = pd.DataFrame({"g": gid, "seed": frame["seed"]})[ok].sort_values("seed", kind="stable")
+    seed_lists = seeds.groupby("g")["seed"].agg(lambda s: [int(v) for v in s])
     out["seeds"] = [seed_lists.get(k, []) for k in out.index]
     names_ok = frame["metric_name"].where(ok, "")
     out["metric_name"] = by(names_ok.replace("", np.nan)).first().fillna(_first_nonempty(frame, keys, "metric_name"))
@@ -226,93 +298,106 @@ def aggregate(frame: pd.DataFrame, *, spread: Mapping[tuple[str, str], SeedSprea
     mean_cols = [f"{k}_{d}" for k in ("ratio", "bytes_per_step") for d in BYTE_DIRECTIONS]
     mean_cols += ["step_s", "compute_s", "compress_s", "comm_s", "total_train_s", "wall_s", "load_1m", "load_15m"]
     mean_cols += [f"total_s@{p}" for p in profiles]
+    present = [c for c in mean_cols if c in frame]
+    means = frame[present].where(pd.Series(ok, index=frame.index), axis=0).groupby(gid, sort=True).mean()
     for c in mean_cols:
-        out[c] = by(frame[c].where(ok)).mean() if c in frame else math.nan
+        out[c] = means[c] if c in present else math.nan
     for c in ("cpu_count", "eval_samples"):
         out[c] = by(frame[c]).max() if c in frame else math.nan
     out["maintainers"] = by(frame["maintainers"]).any() if "maintainers" in frame else False
     if "code_version" in frame:
-        cv = frame.loc[ok, [*GROUP, "code_version"]]
-        cv_lists = cv.groupby(GROUP, sort=True, dropna=False)["code_version"].agg(lambda s: sorted(set(s) - {""}))
+        cv = pd.DataFrame({"g": gid, "code_version": frame["code_version"]})[ok]
+        cv_lists = cv.groupby("g")["code_version"].agg(lambda s: sorted(set(s) - {""}))
         out["code_versions"] = [cv_lists.get(k, []) for k in out.index]
     else:
         out["code_versions"] = [[] for _ in range(len(out))]
-    for p in profiles:
-        t = frame[f"time_to_target_s@{p}"].where(ok)
-        out[f"time_to_target_s@{p}"] = by(t).mean()
-        reached = by(t.notna()).sum()
-        out[f"reached@{p}"] = np.where(n_ok > 0, reached / n_ok.where(n_ok > 0, 1), 0.0)
+    if profiles:
+        ttt = frame[[f"time_to_target_s@{p}" for p in profiles]].where(pd.Series(ok, index=frame.index), axis=0)
+        t_means = ttt.groupby(gid, sort=True).mean()
+        t_reached = ttt.notna().groupby(gid, sort=True).sum()
+        for p in profiles:
+            c = f"time_to_target_s@{p}"
+            out[c] = t_means[c]
+            out[f"reached@{p}"] = np.where(n_ok > 0, t_reached[c] / n_ok.where(n_ok > 0, 1), 0.0)
     out["_var"] = by(val).var(ddof=1)
+    out.index = key_index
     agg = out.reset_index()
     _add_deltas(agg, MEASURED_SPREAD if spread is None else spread)
     return agg.drop(columns=["_var"]).reset_index(drop=True)
 
 
-def _pick_baseline(bases: pd.DataFrame, entry: str, machine: str) -> tuple[Any, str]:
-    """(index, kind) of the baseline for a row of ``entry`` on ``machine`` (None, "": none)."""
-    own = bases.index[(bases["entry"] == entry) & (bases["machine"] == machine)]
-    if len(own):
-        return own[0], "own"
-    maint = bases[bases["maintainers"]]
-    if maint.empty:
+def _pick_baseline(bases: list[dict[str, Any]], entry: str, machine: str) -> tuple[int | None, str]:
+    """(row number, kind) of the baseline for a row of ``entry`` on ``machine`` (None, "": none)."""
+    for b in bases:
+        if b["entry"] == entry and b["machine"] == machine:
+            return b["_i"], "own"
+    maint = [b for b in bases if b["maintainers"]]
+    if not maint:
         return None, ""
     # the maintainers' baseline on the same machine class if there is one, else the best-sampled
-    order = maint.assign(_same=maint["machine"] == machine).sort_values(["_same", "n", "entry"], ascending=[False, False, True])
-    return order.index[0], "maintainers"
+    best = min(maint, key=lambda b: (b["machine"] != machine, -b["n"], b["entry"]))
+    return best["_i"], "maintainers"
 
 
 def _add_deltas(agg: pd.DataFrame, spread: Mapping[tuple[str, str], SeedSpread]) -> None:
-    """Fill the delta, significance and MDD columns in place (see :func:`aggregate`)."""
-    agg["baseline_entry"] = ""
-    agg["baseline_kind"] = ""
-    agg["baseline_same_machine"] = pd.Series(pd.NA, index=agg.index, dtype="boolean")
-    agg["baseline_same_code"] = pd.Series(pd.NA, index=agg.index, dtype="boolean")
-    agg["delta"] = math.nan
-    agg["p_value"] = math.nan
-    agg["significance"] = "no baseline"
-    agg["mdd"] = math.nan
-    agg["mdd_source"] = ""
-    agg["resolved"] = pd.Series(pd.NA, index=agg.index, dtype="boolean")
-    # only a baseline of the same setup is comparable: other stages/mode/device change the numbers
-    for (task, tier, _), g in agg.groupby(["task", "tier", "setup"], sort=False):
-        bases = g[(g["compressor"] == BASELINE) & (g["n"] > 0)]
-        if bases.empty:
+    """Fill the delta, significance and MDD columns in place (see :func:`aggregate`).
+
+    Plain Python over row dicts: this runs for every row the page shows, and pandas' per-cell
+    access would cost more than the statistics."""
+    cols = ["task", "tier", "setup", "entry", "machine", "compressor", "n", "metric_mean", "_var", "maintainers",
+            "code_versions", "metric_name"]  # fmt: skip
+    rows = agg[cols].to_dict("records")
+    for i, r in enumerate(rows):
+        r["_i"] = i
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:  # only a baseline of the same setup is comparable: other stages/mode/device change the numbers
+        if r["compressor"] == BASELINE and r["n"] > 0:
+            groups.setdefault((r["task"], r["tier"], r["setup"]), []).append(r)
+    n_rows = len(rows)
+    out: dict[str, list[Any]] = {
+        "baseline_entry": [""] * n_rows, "baseline_kind": [""] * n_rows, "baseline_same_machine": [pd.NA] * n_rows,
+        "baseline_same_code": [pd.NA] * n_rows, "delta": [math.nan] * n_rows, "p_value": [math.nan] * n_rows,
+        "significance": ["no baseline"] * n_rows, "mdd": [math.nan] * n_rows, "mdd_source": [""] * n_rows,
+        "resolved": [pd.NA] * n_rows,
+    }  # fmt: skip
+    for i, r in enumerate(rows):
+        bases = groups.get((r["task"], r["tier"], r["setup"]))
+        if not bases:
             continue
-        known = spread.get((task, tier))
-        for i in g.index:
-            b, kind = _pick_baseline(bases, agg.at[i, "entry"], agg.at[i, "machine"])
-            if b is None:
-                continue
-            agg.at[i, "baseline_entry"] = agg.at[b, "entry"]
-            agg.at[i, "baseline_kind"] = kind
-            agg.at[i, "baseline_same_machine"] = bool(agg.at[b, "machine"] == agg.at[i, "machine"])
-            agg.at[i, "baseline_same_code"] = bool(set(agg.at[b, "code_versions"]) & set(agg.at[i, "code_versions"]))
-            if i == b:
-                agg.at[i, "delta"] = 0.0
-                agg.at[i, "significance"] = "baseline"
-                continue
-            n, nb = int(agg.at[i, "n"]), int(agg.at[b, "n"])
-            if n == 0:
-                agg.at[i, "significance"] = "no results"
-                continue
-            mean, base_mean = agg.at[i, "metric_mean"], agg.at[b, "metric_mean"]
-            var, base_var = agg.at[i, "_var"], agg.at[b, "_var"]
-            p = welch_p(mean, var, n, base_mean, base_var, nb)
-            agg.at[i, "delta"] = float(mean - base_mean)
-            agg.at[i, "p_value"] = p
-            agg.at[i, "significance"] = significance_marker(p, n, nb)
-            # the measured spread of these two rows when both have it, else the task's figure
-            if n >= 2 and nb >= 2:
-                std = math.sqrt(((n - 1) * var + (nb - 1) * base_var) / (n + nb - 2))
-                source = "seeds of this row and its baseline"
-            elif known is not None:
-                std, source = known.seed_std, known.source
-            else:
-                continue
-            # no evaluation-set term here: every seed is evaluated on the same fixed subset, so
-            # the measured seed spread already holds the item-level disagreement between models
-            mdd = minimal_detectable_difference(std, n, nb)
-            agg.at[i, "mdd"] = mdd
-            agg.at[i, "mdd_source"] = source
-            if not math.isnan(mdd):
-                agg.at[i, "resolved"] = bool(abs(mean - base_mean) >= mdd)
+        b, kind = _pick_baseline(bases, r["entry"], r["machine"])
+        if b is None:
+            continue
+        base = rows[b]
+        out["baseline_entry"][i] = base["entry"]
+        out["baseline_kind"][i] = kind
+        out["baseline_same_machine"][i] = base["machine"] == r["machine"]
+        out["baseline_same_code"][i] = bool(set(base["code_versions"]) & set(r["code_versions"]))
+        if i == b:
+            out["delta"][i] = 0.0
+            out["significance"][i] = "baseline"
+            continue
+        n, nb = int(r["n"]), int(base["n"])
+        if n == 0:
+            out["significance"][i] = "no results"
+            continue
+        p = welch_p(r["metric_mean"], r["_var"], n, base["metric_mean"], base["_var"], nb)
+        delta = float(r["metric_mean"] - base["metric_mean"])
+        out["delta"][i], out["p_value"][i] = delta, p
+        out["significance"][i] = significance_marker(p, n, nb)
+        # the measured spread of these two rows when both have it, else the task's figure; no
+        # evaluation-set term: every seed is evaluated on the same fixed subset, so the measured
+        # seed spread already holds the item-level disagreement between models
+        known = spread.get((r["task"], r["tier"]))
+        if n >= 2 and nb >= 2:
+            std = math.sqrt(((n - 1) * r["_var"] + (nb - 1) * base["_var"]) / (n + nb - 2))
+            source = "seeds of this row and its baseline"
+        elif known is not None:
+            std, source = known.seed_std, known.source
+        else:
+            continue
+        mdd = minimal_detectable_difference(std, n, nb)
+        out["mdd"][i], out["mdd_source"][i] = mdd, source
+        if not math.isnan(mdd):
+            out["resolved"][i] = abs(delta) >= mdd
+    for k, v in out.items():
+        agg[k] = pd.Series(v, index=agg.index, dtype="boolean" if k in ("baseline_same_machine", "baseline_same_code", "resolved") else None)

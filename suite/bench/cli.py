@@ -279,14 +279,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- report
-def _load_for_report(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[str]]:
-    from leaderboard.submissions import load_all
+def _load_for_report(args: argparse.Namespace) -> tuple[Any, list[str]]:
+    """The records' rows from the leaderboard's compact index (rebuilt for changed sources only)."""
+    from leaderboard.index import load_index
 
     stores = [p for p in args.results if Path(p).exists()]
     missing = [p for p in args.results if not Path(p).exists()]
-    records, problems = load_all(stores=stores, records_dirs=args.records)
-    msgs = [str(p) for p in problems] + [f"{p}: no such results file" for p in missing if not args.records]
-    return records, msgs
+    index = load_index(stores, args.records)
+    msgs = [str(p) for p in index.problems] + [f"{p}: no such results file" for p in missing if not args.records]
+    return index.frame, msgs
 
 
 def _default_network(frame) -> str | None:
@@ -354,12 +355,11 @@ def _width(table) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from leaderboard.ranking import RULES, aggregate, display_table, network_profiles, to_frame
+    from leaderboard.ranking import RULES, aggregate, display_table, network_profiles
 
-    records, problems = _load_for_report(args)
+    frame, problems = _load_for_report(args)
     for p in problems:
         print(f"skipped: {p}", file=sys.stderr)
-    frame = to_frame(records)
     if args.task:
         frame = frame[frame["task"].isin(args.task)]
     if args.tier:

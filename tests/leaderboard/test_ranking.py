@@ -412,3 +412,24 @@ def test_curves_and_detail_tell_setups_apart(lb):
     assert d["setup"] == tr and [s["record_id"] for s in d["seeds"]] == [b["record_id"]]
     both = ranking.entry_detail(frame, "cifar10", "quick", "local", "fp16")
     assert both["setup"] is None and len(both["seeds"]) == 2
+
+
+def _brute_pareto_levels(xs, ys):
+    """The definition: peel the non-dominated set off, level by level."""
+    left, level, out = set(range(len(xs))), 1, [0] * len(xs)
+    while left:
+        front = {i for i in left if not any(xs[j] <= xs[i] and ys[j] >= ys[i] and (xs[j] < xs[i] or ys[j] > ys[i]) for j in left)}
+        for i in front:
+            out[i] = level
+        left -= front
+        level += 1
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_pareto_sweep_equals_the_definition_with_ties(seed):
+    rng = np.random.default_rng(seed)
+    xs = rng.integers(0, 8, 60).astype(float)  # few distinct values: many ties and duplicates
+    ys = rng.integers(0, 8, 60).astype(float)
+    got = pareto_ranks(pd.DataFrame({"x": xs, "y": ys}), "x", "y")
+    assert list(got) == _brute_pareto_levels(list(xs), list(ys))

@@ -53,3 +53,15 @@ def test_single_seed_rows_use_the_measured_task_spread(lb):
     assert agg.loc["fp16", "significance"] == "n too small"
     assert agg.loc["fp16", "mdd"] == pytest.approx(minimal_detectable_difference(0.027, 1, 1))
     assert "issue 18" in agg.loc["fp16", "mdd_source"]
+
+
+@pytest.mark.parametrize("df", [1, 2, 3.7, 4, 10, 58.3, 300])
+def test_student_t_matches_scipy(df):
+    from scipy import stats
+
+    from leaderboard.statistics import t_cdf, t_ppf
+
+    for t in (-40.0, -3.1, -1.0, -0.01, 0.0, 0.5, 2.2, 12.0):
+        assert t_cdf(t, df) == pytest.approx(stats.t.cdf(t, df), rel=1e-9, abs=1e-14)
+    for q in (0.5, 0.8, 0.975, 0.9995):
+        assert t_ppf(q, df) == pytest.approx(stats.t.ppf(q, df), rel=1e-8)
