@@ -8,7 +8,7 @@ its real curve, bytes, timing inputs and provenance), spread over 40 entry folde
 15 compressors and as many seeds as it takes, with the quality jittered per seed. They are
 written once per session under pytest's temporary folder (10,000 records: about 90 MB).
 
-What is timed, each in a fresh Python process (nothing cached in memory, the index on disk
+What is measured, each in a fresh Python process (nothing cached in memory, the index on disk
 built beforehand, as on a server that has seen the records once):
 
 - ``render``: ``AppTest.run()`` of ``leaderboard/app.py``: reading the index, ranking,
@@ -16,7 +16,11 @@ built beforehand, as on a server that has seen the records once):
 - ``report``: ``mpcbench report --records DIR``.
 
 The index build itself (first sight of the records) is timed too, for the record. Peak
-memory is the child's ``ru_maxrss``. Run: ``python -m pytest benchmarks/test_leaderboard_scale.py
+memory is the child's ``VmHWM``. Time is taken two ways: wall-clock, and the child's CPU time
+(user + system). The targets are checked on CPU time: this benchmark runs on a shared 2-core
+machine whose load average is often 5-15, where a process gets a fraction of a core and its
+wall-clock says more about the neighbours than about the page; on an idle machine the two
+agree within the I/O (the files are in the page cache after the build). Both are stored. Run: ``python -m pytest benchmarks/test_leaderboard_scale.py
 -p no:cacheprovider --benchmark-json OUT.json`` (``-k 10000`` for the small case only); the
 1-minute load average is stored in ``extra_info`` next to every figure.
 """
@@ -60,7 +64,10 @@ CHILD = textwrap.dedent(
     else:
         from leaderboard.index import load_index
         load_index([], [arg])
-    print(json.dumps({"s": time.perf_counter() - t0, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    # peak memory of this process image: VmHWM (ru_maxrss would carry the forking parent's peak over exec)
+    hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+    print(json.dumps({"s": time.perf_counter() - t0, "cpu_s": ru.ru_utime + ru.ru_stime, "rss_mb": hwm / 1024}))
     """
 )
 
@@ -114,6 +121,7 @@ def board(request, tmp_path_factory):
     gen_s = time.perf_counter() - t0
     build = _child("index", str(records), root / "cache")  # first sight: the index is built
     return n, records, root / "cache", {"generate_s": round(gen_s, 1), "index_build_s": round(build["s"], 2),
+                                        "index_build_cpu_s": round(build["cpu_s"], 2),
                                         "index_build_rss_mb": round(build["rss_mb"])}  # fmt: skip
 
 
@@ -127,10 +135,11 @@ def test_cold_render_and_report(benchmark, board, what):
 
     benchmark.pedantic(once, rounds=1, iterations=1)
     seconds, mb = TARGETS[n]
-    benchmark.extra_info.update(records=n, what=what, seconds=round(figures["s"], 2), rss_mb=round(figures["rss_mb"]),
+    benchmark.extra_info.update(records=n, what=what, seconds=round(figures["s"], 2), cpu_s=round(figures["cpu_s"], 2),
+                                rss_mb=round(figures["rss_mb"]),
                                 load_1m=os.getloadavg()[0], cores=os.cpu_count(), **built)  # fmt: skip
-    print(f"\n{what} {n} records: {figures['s']:.2f} s, {figures['rss_mb']:.0f} MB peak "
+    print(f"\n{what} {n} records: {figures['s']:.2f} s wall, {figures['cpu_s']:.2f} s CPU, {figures['rss_mb']:.0f} MB peak "
           f"(load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; index build {built})")  # fmt: skip
-    assert figures["s"] < seconds, f"{what} of {n} records took {figures['s']:.1f} s (target {seconds} s)"
+    assert figures["cpu_s"] < seconds, f"{what} of {n} records took {figures['cpu_s']:.1f} CPU s (target {seconds} s)"
     if mb:
         assert figures["rss_mb"] < mb, f"{what} of {n} records peaked at {figures['rss_mb']:.0f} MB (target {mb} MB)"

@@ -554,16 +554,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # before the imports: --help and typos stay instant
 
-    from compressors.api import CompressorError
+    errors: tuple[type[BaseException], ...] = (UsageError,)
+    if args.func is not cmd_report:  # the report reads records only: no torch (about 450 MB and seconds)
+        from compressors.api import CompressorError
 
-    from suite.pipeline.config import ConfigError
-    from .store import StoreError
+        from suite.pipeline.config import ConfigError
+        from .store import StoreError
+
+        errors += (ConfigError, CompressorError, StoreError)
 
     if getattr(args, "results", "") is None:
         args.results = [DEFAULT_STORE]
     try:
         return args.func(args)
-    except (UsageError, ConfigError, CompressorError, StoreError) as e:
+    except errors as e:
         _err(" ".join(str(e).split()))
         return EXIT_USAGE
     except KeyboardInterrupt:
