@@ -135,6 +135,8 @@ def _init_from_url() -> None:
                     v = float(v)
                 elif k == "local":
                     v = v in ("1", "true", "yes")
+                elif k == "network" and v == "custom":
+                    v = CUSTOM
             except ValueError:
                 continue
             st.session_state[f"_url_{k}"] = v
@@ -148,6 +150,7 @@ def _url_default(key: str, options: list, fallback):
 def _write_url(values: dict) -> None:
     """The current filters into the URL (only what differs from what is there)."""
     for k, v in values.items():
+        v = "custom" if v == CUSTOM else v
         text = "" if v is None else ("1" if v is True else ("0" if v is False else f"{v}"))
         if text and st.query_params.get(k) != text:
             st.query_params[k] = text
@@ -184,7 +187,7 @@ def _network_controls(sb, profiles: list[str]) -> tuple[str | None, Link | None,
     lat = sb.select_slider("Latency (one way)", LATENCIES, key="lat", format_func=lambda s: f"{s * 1e6:.4g} µs" if s < 1e-3
                            else f"{s * 1e3:.4g} ms", disabled=not custom)  # fmt: skip
     if not custom:
-        link_words = f"{preset}" + (f" ({format_bandwidth(prof.bandwidth_bps)}, {prof.latency_s * 1e6:.4g} µs)" if prof else "")
+        link_words = f"{preset}" + (f", {prof.latency_s * 1e6:.4g} µs latency" if prof else "")
         return preset, None, link_words
     link = Link(float(bw), float(lat))
     return link.name, link, f"custom: {format_bandwidth(bw)}, {lat * 1e6:.4g} µs latency"
@@ -253,7 +256,7 @@ def _ttq_chart(ttq: pd.DataFrame, metric: str, higher_is_better: bool, link_word
     lines = (
         alt.Chart(ttq)
         .mark_line(point=True)
-        .encode(x=x, y=y, color=alt.Color("line:N", title="compressor"),
+        .encode(x=x, y=y, color=alt.Color("line:N", title="entry / compressor", legend=alt.Legend(labelLimit=420)),
                 strokeDash=alt.StrokeDash("source:N", title="time"),
                 tooltip=["line:N", "step:Q", "time_s:Q", "metric:Q", "seeds:Q"])  # fmt: skip
     )
@@ -270,7 +273,8 @@ def _curves_chart(curves: pd.DataFrame, metric: str) -> alt.Chart:
         .encode(
             x=alt.X("step:Q", title="training step"),
             y=alt.Y("metric:Q", scale=alt.Scale(zero=False), title=metric),
-            color=alt.Color("label:N", title="entry / compressor" + (" / setup" if curves["setup"].nunique() > 1 else "")),
+            color=alt.Color("label:N", title="entry / compressor" + (" / setup" if curves["setup"].nunique() > 1 else ""),
+                            legend=alt.Legend(labelLimit=420)),
             detail="seed:N",
             tooltip=["label:N", "seed:Q", "step:Q", "metric:Q", "train_loss:Q", "wall_s:Q"],
         )
@@ -315,7 +319,10 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     tasks = sorted(shown["task"].unique())
-    task = sb.selectbox("Task", tasks, index=tasks.index(_url_default("task", tasks, tasks[0])), key="task")
+    # ?entry=<entry id>: that entry's rows are what the reader came for (its first task by default)
+    url_entry = str(st.session_state.get("_url_entry") or "")
+    entry_tasks = sorted(shown.loc[shown["entry"] == url_entry, "task"].unique()) if " / " not in url_entry else []
+    task = sb.selectbox("Task", tasks, index=tasks.index(_url_default("task", tasks, (entry_tasks or tasks)[0])), key="task")
     tiers_here = set(shown.loc[shown["task"] == task, "tier"])
     tiers = [t for t in TIER_ORDER if t in tiers_here] + sorted(tiers_here - set(TIER_ORDER))
     tier = sb.selectbox("Tier", tiers, index=tiers.index(_url_default("tier", tiers, "quick" if "quick" in tiers else tiers[0])), key="tier")
@@ -404,7 +411,9 @@ def main(argv: list[str] | None = None) -> None:
         "times and the measured bytes of every step, replayed over the link. Dashed horizontal line: the target. "
         "Emulated-link measurements, where records have them, are drawn dashed."
     )
-    chosen = st.multiselect("Entries", list(labels), default=list(labels)[:6], key="curves")
+    own = [lbl for lbl, key in labels.items() if key[0] == url_entry]
+    default = list(dict.fromkeys(own[:6] + list(labels)[: max(0, 6 - len(own[:6]))] + list(labels)[:1]))
+    chosen = st.multiselect("Entries", list(labels), default=default, key="curves")
     sel = [labels[c] for c in chosen]
     picked = rows[views._selected(rows, sel) & rows["latest"] & (rows["status"] == "ok")] if sel else rows.iloc[:0]
     detailed = load_details(picked) if len(picked) else picked.assign(curve=[], timing_inputs=[])
@@ -425,7 +434,8 @@ def main(argv: list[str] | None = None) -> None:
     # ------------------------------------------------------------------ detail
     st.subheader("Entry details")
     options = list(labels)
-    pick = st.selectbox("Entry", options, index=options.index(_url_default("entry", options, options[0])) if options else 0,
+    first = own[0] if own else (options[0] if options else None)
+    pick = st.selectbox("Entry", options, index=options.index(_url_default("entry", options, first)) if options else 0,
                         key="detail")  # fmt: skip
     if pick:
         _write_url({"entry": pick})

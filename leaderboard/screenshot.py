@@ -2,6 +2,12 @@
 
     python -m leaderboard.screenshot docs/leaderboard.png                 # default sources
     python -m leaderboard.screenshot out.png --records records --results results/store.jsonl
+    python -m leaderboard.screenshot out.png --task sst2 --rule time_to_target --network 300Mbps/2ms
+    python -m leaderboard.screenshot out.png --entry my-entry             # that entry's rows and card
+
+``--task``, ``--tier``, ``--rule``, ``--network`` (a profile name, or ``BANDWIDTH/LATENCY`` such
+as ``300Mbps/2ms`` for the sliders) and ``--entry`` (an entry folder name) become the page's
+URL parameters, so the screenshot shows exactly the view a reader gets from that link.
 
 Chromium's ``--dump-dom`` / ``--screenshot`` flags return at the page's load event, before a
 Streamlit page has received its content over the websocket, so this drives Chromium over the
@@ -28,7 +34,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["find_chromium", "free_port", "serve", "Browser", "capture", "main"]
+__all__ = ["find_chromium", "free_port", "serve", "Browser", "view_query", "capture", "main"]
 
 APP = Path(__file__).resolve().with_name("app.py")
 CHROMIUM_FLAGS = [
@@ -249,6 +255,32 @@ class Browser:
         self.close()
 
 
+_LATENCY_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def view_query(task: str | None = None, tier: str | None = None, rule: str | None = None, network: str | None = None,
+               entry: str | None = None) -> dict[str, str]:
+    """The page's URL parameters for a view (see the module docstring); bad values raise ValueError."""
+    q: dict[str, str] = {k: v for k, v in (("task", task), ("tier", tier), ("rule", rule), ("entry", entry)) if v}
+    if network:
+        if "/" in network:
+            bw_text, lat_text = network.split("/", 1)
+            from leaderboard.networks import profile_bandwidth_bps
+
+            bw = profile_bandwidth_bps(bw_text)
+            unit = next((u for u in sorted(_LATENCY_UNITS, key=len, reverse=True) if lat_text.endswith(u)), None)
+            try:
+                lat = float(lat_text[: -len(unit)]) * _LATENCY_UNITS[unit] if unit else float("nan")
+            except ValueError:
+                lat = float("nan")
+            if not (bw > 0) or not (lat >= 0):
+                raise ValueError(f"--network {network!r}: give a profile name or BANDWIDTH/LATENCY, e.g. 300Mbps/2ms")
+            q.update(network="custom", bw=repr(bw), lat=repr(lat))
+        else:
+            q["network"] = network
+    return q
+
+
 def capture(
     app_args: list[str],
     out: str | Path,
@@ -256,11 +288,14 @@ def capture(
     wait_for: list[str] = ("Ranking",),
     width: int = 1800,
     timeout: float = 60.0,
+    query: dict[str, str] | None = None,
 ) -> str:
-    """Serve the app with ``app_args``, load it, wait for ``wait_for``, save a PNG to ``out``;
-    return the page's visible text."""
+    """Serve the app with ``app_args``, load it (with ``query`` as URL parameters), wait for
+    ``wait_for``, save a PNG to ``out``; return the page's visible text."""
+    from urllib.parse import urlencode
+
     with serve(list(app_args), timeout=timeout) as url, Browser(width=width) as b:
-        b.goto(url)
+        b.goto(url + ("/?" + urlencode(query) if query else ""))
         text = b.wait_for(list(wait_for), timeout=timeout)
         b.screenshot(out, width=width)
         return text
@@ -271,12 +306,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out", help="PNG file to write")
     p.add_argument("--results", action="append", default=[], help="results store (repeatable)")
     p.add_argument("--records", action="append", default=[], help="records folder (repeatable)")
+    p.add_argument("--task", help="task to show (default: the first)")
+    p.add_argument("--tier", help="tier to show (default: quick)")
+    p.add_argument("--rule", help="ranking rule: quality_at_ratio, time_to_target or pareto")
+    p.add_argument("--network", help="network profile name, or BANDWIDTH/LATENCY for the sliders (e.g. 300Mbps/2ms)")
+    p.add_argument("--entry", help="entry folder name: its rows in the plots and its card in the details")
     p.add_argument("--width", type=int, default=1800)
     p.add_argument("--timeout", type=float, default=90.0)
     a = p.parse_args(argv)
     app_args = [x for r in a.results for x in ("--results", r)] + [x for r in a.records for x in ("--records", r)]
     try:
-        capture(app_args, a.out, width=a.width, timeout=a.timeout)
+        query = view_query(a.task, a.tier, a.rule, a.network, a.entry)
+    except ValueError as e:
+        p.error(str(e))
+    try:
+        capture(app_args, a.out, width=a.width, timeout=a.timeout, query=query)
     except (OSError, RuntimeError, TimeoutError) as e:
         print(f"screenshot failed: {e}", file=sys.stderr)
         return 1

@@ -133,15 +133,16 @@ class SeedSpread:
     seed_std: float
     eval_samples: int | None = None
     source: str = ""
+    df: int | None = None  # degrees of freedom of seed_std's estimate (seeds measured - 1); None: unknown
 
 
 # Measured figures for tasks and tiers whose rows have fewer than 2 seeds (issue 18: the
 # committed quick-tier records plus 67 extra cells, 1-3 seeds each, on the 2-core CPU
 # machine). Helper F's calibration replaces these as the tiers change.
 MEASURED_SPREAD: dict[tuple[str, str], SeedSpread] = {
-    ("cifar10", "quick"): SeedSpread(0.027, 512, "issue 18: none seeds 0/1/2, quick tier"),
-    ("sst2", "quick"): SeedSpread(0.022, 256, "issue 18: none seeds, quick tier"),
-    ("shakespeare", "quick"): SeedSpread(0.014, None, "issue 18: none seeds, quick tier (nats)"),
+    ("cifar10", "quick"): SeedSpread(0.027, 512, "issue 18: none seeds 0/1/2, quick tier", df=2),
+    ("sst2", "quick"): SeedSpread(0.022, 256, "issue 18: none seeds 0/1/2, quick tier", df=2),
+    ("shakespeare", "quick"): SeedSpread(0.014, None, "issue 18: none seeds 0/1/2, quick tier (nats)", df=2),
 }
 
 
@@ -154,6 +155,7 @@ def minimal_detectable_difference(
     metric_level: float | None = None,
     alpha: float = 0.05,
     power: float = 0.5,
+    df: float | None = None,
 ) -> float:
     """The smallest true difference between two rows' mean metrics that a two-sided test at
     level ``alpha`` detects with probability ``power`` (0.5: the difference that just reaches
@@ -174,7 +176,9 @@ def minimal_detectable_difference(
       evaluation-set size from a spread measured elsewhere.
 
     ``MDD = (t(1 - alpha/2, df) + t(power, df)) * sqrt(seed_std^2 (1/n + 1/n_baseline) + eval_var)``
-    with ``df = n + n_baseline - 2`` (Student's t; df < 1 is treated as 1). NaN when
+    with ``df = n + n_baseline - 2`` (Student's t; df < 1 is treated as 1), or the given ``df``
+    when ``seed_std`` was estimated elsewhere (seeds measured - 1: the uncertainty of the spread
+    is that of its own estimate). NaN when
     ``seed_std`` is NaN or a side has no seed. Example: std 0.027, 3 vs 3 seeds, no eval
     term: 2.78 * 0.027 * 0.816 = 0.061 (issue 18's "about 6 points").
     """
@@ -183,7 +187,7 @@ def minimal_detectable_difference(
     var = seed_std**2 * (1.0 / n + 1.0 / n_baseline)
     if eval_samples and metric_level is not None and 0.0 <= metric_level <= 1.0:
         var += 2.0 * metric_level * (1.0 - metric_level) / eval_samples
-    df = max(1, n + n_baseline - 2)
+    df = max(1, n + n_baseline - 2) if df is None else max(1.0, float(df))
     crit = t_ppf(1 - alpha / 2, df) + t_ppf(power, df)
     return crit * math.sqrt(var)
 
@@ -390,12 +394,12 @@ def _add_deltas(agg: pd.DataFrame, spread: Mapping[tuple[str, str], SeedSpread])
         known = spread.get((r["task"], r["tier"]))
         if n >= 2 and nb >= 2:
             std = math.sqrt(((n - 1) * r["_var"] + (nb - 1) * base["_var"]) / (n + nb - 2))
-            source = "seeds of this row and its baseline"
+            source, df = "seeds of this row and its baseline", None
         elif known is not None:
-            std, source = known.seed_std, known.source
+            std, source, df = known.seed_std, known.source, known.df
         else:
             continue
-        mdd = minimal_detectable_difference(std, n, nb)
+        mdd = minimal_detectable_difference(std, n, nb, df=df)
         out["mdd"][i], out["mdd_source"][i] = mdd, source
         if not math.isnan(mdd):
             out["resolved"][i] = abs(delta) >= mdd

@@ -335,6 +335,12 @@ def display_table(
         row["warnings"] = f"⚠ {n_warn}" if n_warn else ""
         rows.append(row)
     table = pd.DataFrame(rows)
+    ttt = f"time-to-target @ {network}"
+    if ttt in table:  # right after the delta: at 1400 px the grid must not hide the answer to "which on my link"
+        cols = list(table.columns)
+        cols.remove(ttt)
+        cols.insert(cols.index("Δ vs none") + 1, ttt)
+        table = table[cols]
     for col in ("failed", "warnings"):
         if col in table and not table[col].astype(bool).any():
             table = table.drop(columns=col)  # nothing to flag here: no empty column

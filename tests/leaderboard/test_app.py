@@ -258,3 +258,27 @@ def test_the_whole_ranking_is_visible_and_the_detail_is_a_card(app):
     assert "test-cpu" in fields["machine and load"] and "load 1.5" in fields["machine and load"]
     table = _ranking(app)
     assert all("load 1.5" in v for v in table["measured on (load)"])
+
+
+def test_an_entry_in_the_url_picks_its_rows_and_card(monkeypatch, records_dir):
+    monkeypatch.setenv("MPCBENCH_RECORDS", str(records_dir))
+    monkeypatch.setenv("MPCBENCH_RESULTS", "")
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    at.query_params["entry"] = "hostile-entry"
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="detail").value.startswith("hostile-entry / ")
+    assert any(lbl.startswith("hostile-entry / ") for lbl in at.multiselect(key="curves").value)
+
+
+def test_screenshot_view_options_become_url_parameters():
+    import pytest as _pytest
+
+    from leaderboard.screenshot import view_query
+
+    assert view_query(task="sst2", rule="pareto", network="1Gbps", entry="e") == {
+        "task": "sst2", "rule": "pareto", "entry": "e", "network": "1Gbps"}  # fmt: skip
+    q = view_query(network="300Mbps/2ms")
+    assert q["network"] == "custom" and float(q["bw"]) == 3e8 and float(q["lat"]) == 0.002
+    with _pytest.raises(ValueError, match="BANDWIDTH/LATENCY"):
+        view_query(network="fast/soon")

@@ -38,3 +38,28 @@ def test_leaderboard_renders_in_chromium(records_dir, lb, tmp_path):
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000
     assert not (records_dir / "PWNED").exists()
+
+
+def test_time_to_quality_and_the_network_slider_in_chromium(records_dir, tmp_path):
+    """A linked view with the sliders at 1 Mbps / 10 ms: the page says so, the ranking follows
+    (fewest bytes first), and the time-to-quality plot drew next to the Pareto plot and the curves."""
+    from urllib.parse import urlencode
+
+    from leaderboard.screenshot import view_query
+
+    query = view_query(rule="time_to_target", network="1Mbps/10ms")
+    assert query == {"rule": "time_to_target", "network": "custom", "bw": "1000000.0", "lat": "0.01"}
+    with serve(["--records", str(records_dir)]) as url, Browser(width=1600) as b:
+        b.goto(f"{url}/?{urlencode(query)}")
+        text = b.wait_for(["Time to quality", "custom: 1Mbps", "Fastest time-to-target"])
+        assert "modeled wall-clock seconds" in b.wait_js(
+            "[...document.querySelectorAll('[data-testid=stVegaLiteChart]')].map(e => e.innerText + ' ' + "
+            "[...e.querySelectorAll('[aria-label]')].map(x => x.getAttribute('aria-label')).join(' ')).join(' ')"
+        ) or "Time to quality" in text
+        grid = b.wait_js(f"({GRID_TEXT_JS})[0]")
+        assert "time-to-target @ 1Mbps/10ms" in grid  # the answer column is visible, not scrolled away
+        order = [grid.find(f"fixture-baselines{c}") for c in ("quant(bits=4)", "topk(ratio=0.1)", "fp16", "none")]
+        assert -1 not in order and order == sorted(order), order  # fewest bytes first on a slow link
+        assert b.wait_js(f"{CHARTS_JS} >= 3 && {CHARTS_JS}") >= 3  # Pareto, time to quality, curves
+        b.screenshot(tmp_path / "slow-link.png")
+    assert (tmp_path / "slow-link.png").stat().st_size > 50_000

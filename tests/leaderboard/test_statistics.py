@@ -51,7 +51,8 @@ def test_single_seed_rows_use_the_measured_task_spread(lb):
         r["tier"] = r["config"]["tier"] = "quick"
     agg = aggregate(to_frame(recs)).set_index("compressor")
     assert agg.loc["fp16", "significance"] == "n too small"
-    assert agg.loc["fp16", "mdd"] == pytest.approx(minimal_detectable_difference(0.027, 1, 1))
+    assert agg.loc["fp16", "mdd"] == pytest.approx(minimal_detectable_difference(0.027, 1, 1, df=2))
+    assert agg.loc["fp16", "mdd"] == pytest.approx((4.3027 + 0) * 0.027 * math.sqrt(2), rel=1e-3)  # t(0.975, 2)
     assert "issue 18" in agg.loc["fp16", "mdd_source"]
 
 
