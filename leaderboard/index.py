@@ -12,7 +12,7 @@ other per-record details are read back from the source files only for the rows o
 
     index = load_index(stores=["results/store.jsonl"], records_dirs=["records"])
     frame = index.frame                       # light columns only (no timing_inputs)
-    shown = load_details(frame[some_rows])    # + curve, config, provenance, emulated, timing_inputs
+    shown = load_details(frame[some_rows])    # + curve, config, provenance, timing_inputs
 
 The index lives in ``~/.cache/mpcbench/leaderboard/<hash of the sources>/`` (``index_dir``
 overrides it); deleting it only costs one rebuild.
@@ -41,7 +41,7 @@ __all__ = ["Index", "load_index", "load_details", "default_index_dir", "HEAVY_CO
 
 INDEX_VERSION = 1  # bump when the row layout changes: every index is rebuilt
 HEAVY_COLUMNS = ("timing_inputs",)  # in the file, but read only for the rows that need it
-_DETAIL_FIELDS = ("curve", "config", "provenance", "emulated")
+_DETAIL_FIELDS = ("curve", "config", "provenance")
 
 
 @dataclass
@@ -197,7 +197,7 @@ def _scan(files: list[Path], ids: set[str]) -> dict[str, dict[str, Any]]:
 
 def load_details(rows: pd.DataFrame) -> pd.DataFrame:
     """``rows`` of the index with the per-record details read back from their source files:
-    ``curve`` (list), ``config``, ``provenance``, ``emulated`` (dicts) and ``timing_inputs``
+    ``curve`` (list), ``config``, ``provenance`` (dicts) and ``timing_inputs``
     (JSON string). Rows whose record can no longer be found get empty values."""
     rows = rows.copy()
     details: dict[tuple[str, str], dict[str, Any]] = {}

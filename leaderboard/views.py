@@ -161,8 +161,9 @@ def time_to_quality_frame(
     that step on ``link`` (:func:`leaderboard.networks.cumulative_times`), averaged over the
     seeds at that step, with the quality (``metric`` or ``metric_uncompressed`` per
     ``quality``) averaged likewise. Columns: ``label, entry, compressor, setup, step,
-    time_s, metric, seeds, source`` (``"modeled"``; emulated-link measurements, where a record
-    carries them under ``emulated``, are added with ``source = "emulated <link>"``)."""
+    time_s, metric, seeds, source`` (``"modeled"``; a run over an emulated or real link, ``mpcbench
+    run --link``, adds its measured curve: the curve points' ``wall_s``, training wall-clock up to
+    that step, with ``source = "emulated <link>"`` / ``"measured real network"``)."""
     cols = ["label", "entry", "compressor", "setup", "step", "time_s", "metric", "seeds", "source"]
     if frame.empty:
         return pd.DataFrame(columns=cols)
@@ -181,9 +182,12 @@ def time_to_quality_frame(
         times = cumulative_times(getattr(r, "timing_inputs", ""), link, steps)
         for p, k, t in zip(curve, steps, times):
             points.append((label, r.entry, name, r.setup, k, t, _num(p.get(key)), r.seed, "modeled"))
-        for em in _emulated(getattr(r, "emulated", None)):
-            for k, t, m in em["points"]:
-                points.append((label, r.entry, name, r.setup, k, t, m, r.seed, f"emulated {em['link']}"))
+        link = getattr(r, "link", "") or ""
+        if link:  # a run over a real or emulated link: its curve's wall-clock is the measured time
+            kind = "measured" if link == "real network" else "emulated"
+            for p, k in zip(curve, steps):
+                points.append((label, r.entry, name, r.setup, k, _num(p.get("wall_s")), _num(p.get(key)), r.seed,
+                               f"{kind} {link}"))  # fmt: skip
     long = pd.DataFrame(points, columns=cols[:-2] + ["seed", "source"])
     long = long.dropna(subset=["time_s", "metric"])
     if long.empty:
@@ -192,19 +196,6 @@ def time_to_quality_frame(
         time_s=("time_s", "mean"), metric=("metric", "mean"), seeds=("seed", "nunique")
     )
     return out.reset_index()[cols]
-
-
-def _emulated(v: Any) -> list[dict[str, Any]]:
-    """Emulated-link measurements of a record: ``[{"link": name, "points": [(step, wall_s, metric)]}]``
-    from ``emulated: {<link name>: {"curve": [{"step", "wall_s", "metric"}, ...]}}`` (absent: [])."""
-    out = []
-    for name, m in (v.items() if isinstance(v, dict) else []):
-        curve = m.get("curve") if isinstance(m, dict) else None
-        pts = [(_num(p.get("step")), _num(p.get("wall_s")), _num(p.get("metric")))
-               for p in (curve if isinstance(curve, list) else []) if isinstance(p, dict)]  # fmt: skip
-        if pts:
-            out.append({"link": " ".join(str(name).split())[:40], "points": pts})
-    return out
 
 
 def entry_card(detail: dict[str, Any]) -> list[tuple[str, str]]:

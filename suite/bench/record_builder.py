@@ -124,6 +124,26 @@ def check_result(result: RunResult) -> None:
             raise ResultError(f"time.{k} is not a finite non-negative number ({v!r})")
 
 
+def resolved_spec(spec: str) -> str:
+    """``spec`` with every parameter that has a default spelled out, nested specs included:
+    ``quant`` -> ``quant(bits=8, scale=row, ...)``, so a record says what ran even after a
+    default changes, and the leaderboard can show it (``specs_resolved``). Unparsable: as given."""
+    from compressors.registry import Spec, describe, parse_spec
+
+    def fill(s: Spec) -> Spec:
+        params = list(describe(s.name)["params"].items())
+        given = {name for name, _ in params[: len(s.args)]} | {k for k, _ in s.kwargs}
+        args = tuple(fill(a) if isinstance(a, Spec) else a for a in s.args)
+        kwargs = [(k, fill(v) if isinstance(v, Spec) else v) for k, v in s.kwargs]
+        kwargs += [(k, v) for k, v in params if k not in given and v is not None]
+        return Spec(s.name, args, tuple(kwargs))
+
+    try:
+        return str(fill(parse_spec(spec)))
+    except Exception:  # noqa: BLE001 - a spec the cell will reject anyway; the record keeps what was asked
+        return spec
+
+
 def _base(config: CellConfig, provenance: dict[str, Any], status: str, error: str | None) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
@@ -136,6 +156,7 @@ def _base(config: CellConfig, provenance: dict[str, Any], status: str, error: st
         "seed": config.seed,
         "compressor": config.plan.label,
         "specs": config.plan.to_dict(),
+        "specs_resolved": {d: resolved_spec(v) if isinstance(v, str) else v for d, v in config.plan.to_dict().items()},
         "status": status,
         "error": error,
     }

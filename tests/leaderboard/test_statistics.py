@@ -66,3 +66,27 @@ def test_student_t_matches_scipy(df):
         assert t_cdf(t, df) == pytest.approx(stats.t.cdf(t, df), rel=1e-9, abs=1e-14)
     for q in (0.5, 0.8, 0.975, 0.9995):
         assert t_ppf(q, df) == pytest.approx(stats.t.ppf(q, df), rel=1e-8)
+
+
+def test_time_to_quality_has_modeled_lines_and_the_measured_emulated_curve(lb):
+    from leaderboard.networks import Link
+    from leaderboard.views import time_to_quality_frame
+
+    plain = lb.make_record("cifar10", "fp16", 0)
+    linked = lb.make_record("cifar10", "fp16", 1, record_id="e" * 32, cell_key="linked")
+    linked["network"] = {"link": "100mbit", "emulated": True, "measured": {"step_s": 0.5}}
+    frame = to_frame([plain, linked])
+    ttq = time_to_quality_frame(frame, Link(1e9, 5e-4))
+    assert set(ttq.source) == {"modeled", "emulated 100mbit"}
+    emu = ttq[ttq.source == "emulated 100mbit"]
+    assert list(emu.time_s) == [p["wall_s"] for p in linked["curve"]]  # measured, not modeled
+    modeled = ttq[ttq.source == "modeled"]
+    assert (modeled.groupby("label").time_s.apply(lambda s: s.is_monotonic_increasing)).all()
+
+
+def test_compressors_are_shown_with_their_parameters(lb):
+    r = lb.make_record("cifar10", "quant(bits=4)", 0)
+    r["specs_resolved"] = {"forward": "quant(bits=4, scale=row)", "backward": "quant(bits=4, scale=row)", "dp": "none"}
+    agg = aggregate(to_frame([r, lb.make_record("cifar10", "none", 0)]))
+    table = display_table(rank(agg, "pareto"))
+    assert "quant(bits=4, scale=row)" in set(table.compressor) and "none" in set(table.compressor)
