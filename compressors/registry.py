@@ -1,43 +1,38 @@
-"""Compressor registry: ``@register("name")``, entry-point discovery and spec strings.
+"""Compressor registry: ``@register("name")``, entry-point discovery, and building specs.
 
-A *spec* selects and parameterizes a compressor with Python call syntax::
+Names map to :class:`~compressors.api.Compressor` classes. Third-party plugins register
+themselves when their module is imported (:func:`compressors.plugins.load_plugin`); installed
+packages are discovered through the entry-point group ``mpcbench.compressors``. A spec string
+(:mod:`compressors.spec`) is turned into an instance by :func:`build`; a parameter annotated
+as :class:`Compressor` takes a nested spec.
 
-    none
-    topk(ratio=0.1)
-    quant(bits=4, scale=row, rounding=stochastic)
-    ef(topk(ratio=0.1))            # wrappers take a compressor spec as an argument
-
-Bare words (``row``, ``stochastic``) are strings; numbers, ``true``/``false`` and quoted
-strings work as expected. A parameter annotated as :class:`Compressor` takes a nested spec.
-Third-party plugins register themselves when their module is imported; installed packages
-are discovered through the entry-point group ``mpcbench.compressors``.
-
-Plugins are imported in the runner while it plans the matrix, outside every cell's time
-limit, so each import runs under a deadline (``MPCBENCH_PLUGIN_IMPORT_TIMEOUT_S``, default
-60 s, 0 = none): a plugin that hangs at import fails like one that raises, with one line.
+The spec parser and the plugin loader live in :mod:`compressors.spec` and
+:mod:`compressors.plugins`; their public names are re-exported here, so
+``from compressors.registry import parse_spec, load_plugin`` keeps working.
 """
 
 from __future__ import annotations
 
-import ast
-import contextlib
 import hashlib
 import importlib
 import importlib.metadata
-import importlib.util
 import inspect
-import math
-import os
-import signal
 import sys
-import threading
-import time
 import typing
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, TypeVar
 
 from .api import Compressor, CompressorError, did_you_mean
+from .plugins import (
+    DEFAULT_IMPORT_TIMEOUT_S,
+    ENTRY_POINT_GROUP,
+    IMPORT_TIMEOUT_ENV,
+    PluginImportTimeout,
+    import_deadline,
+    import_timeout_s,
+    load_plugin,
+    one_line,
+)
+from .spec import Spec, parse_spec, spec_names
 
 __all__ = [
     "register",
@@ -60,10 +55,6 @@ __all__ = [
     "Spec",
 ]
 
-ENTRY_POINT_GROUP = "mpcbench.compressors"
-IMPORT_TIMEOUT_ENV = "MPCBENCH_PLUGIN_IMPORT_TIMEOUT_S"
-DEFAULT_IMPORT_TIMEOUT_S = 60.0
-
 _REGISTRY: dict[str, type[Compressor]] = {}
 _PLUGIN_ERRORS: dict[str, str] = {}  # entry-point name -> one-line import error
 _DISCOVERED = False
@@ -85,8 +76,7 @@ def register(name: str) -> Callable[[C], C]:
         other = _REGISTRY.get(name)
         if other is not None and _qualname(other) != _qualname(cls):
             raise CompressorError(
-                f"register({name!r}): name already taken by {_qualname(other)}; "
-                f"pick another name for {_qualname(cls)}"
+                f"register({name!r}): name already taken by {_qualname(other)}; pick another name for {_qualname(cls)}"
             )
         cls.name = name
         _REGISTRY[name] = cls
@@ -97,71 +87,6 @@ def register(name: str) -> Callable[[C], C]:
 
 def _qualname(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-# --------------------------------------------------------------------------- import deadline
-class PluginImportTimeout(BaseException):
-    """A plugin's import passed its deadline. Raised inside the plugin's module code; a
-    BaseException so that the plugin's own ``except Exception`` cannot swallow it (it is
-    converted to a one-line :class:`CompressorError` by :func:`load_plugin` / :func:`discover`)."""
-
-
-def import_timeout_s() -> float | None:
-    """The per-plugin import deadline in seconds from ``MPCBENCH_PLUGIN_IMPORT_TIMEOUT_S``
-    (default 60; ``0``: no limit, returned as None). A malformed value raises CompressorError."""
-    raw = os.environ.get(IMPORT_TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_IMPORT_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise CompressorError(f"{IMPORT_TIMEOUT_ENV}={raw!r} must be a number of seconds >= 0 (0: no limit)")
-    return value or None
-
-
-@contextlib.contextmanager
-def _import_deadline(seconds: float | None) -> Iterator[None]:
-    """Raise :class:`PluginImportTimeout` in the block once ``seconds`` have passed.
-
-    SIGALRM with ``signal.setitimer``, so only in the main thread of a process that has it:
-    elsewhere (another thread, no setitimer) the block runs WITHOUT a limit. The alarm repeats
-    every second after the deadline, so a plugin that swallows the first one (a bare
-    ``except:``) is interrupted again. An alarm timer that was already armed (e.g. by
-    pytest-timeout) is respected: if it expires first this adds nothing; otherwise it is
-    re-armed with its remaining time afterwards, with its handler. Code blocked inside a C
-    call that ignores signals cannot be interrupted.
-    """
-    if (
-        not seconds
-        or not hasattr(signal, "setitimer")
-        or threading.current_thread() is not threading.main_thread()
-    ):
-        yield
-        return
-    outer_delay, outer_interval = signal.getitimer(signal.ITIMER_REAL)
-    if outer_delay and outer_delay <= seconds:
-        yield  # the outer deadline comes first anyway
-        return
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise PluginImportTimeout(
-            f"import did not finish within {seconds:g} s (a plugin must not block at import time: move slow "
-            f"work out of module level, or raise {IMPORT_TIMEOUT_ENV})"
-        )
-
-    outer_handler = signal.signal(signal.SIGALRM, on_alarm)
-    start = time.monotonic()
-    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, outer_handler if outer_handler is not None else signal.SIG_DFL)
-        if outer_delay:
-            left = max(outer_delay - (time.monotonic() - start), 1e-3)
-            signal.setitimer(signal.ITIMER_REAL, left, outer_interval)
 
 
 # --------------------------------------------------------------------------- discovery
@@ -184,10 +109,10 @@ def discover() -> dict[str, str]:
     _DISCOVERED = True
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
-            with _import_deadline(timeout):
+            with import_deadline(timeout):
                 obj = ep.load()
         except (Exception, PluginImportTimeout) as e:  # noqa: BLE001 - a broken plugin must not break the rest
-            _PLUGIN_ERRORS[ep.name] = f"plugin {ep.name!r} ({ep.value}) failed to import: {_one_line(e)}"
+            _PLUGIN_ERRORS[ep.name] = f"plugin {ep.name!r} ({ep.value}) failed to import: {one_line(e)}"
             continue
         if isinstance(obj, type) and issubclass(obj, Compressor) and obj not in _REGISTRY.values():
             try:
@@ -201,37 +126,6 @@ def plugin_errors() -> dict[str, str]:
     """Entry-point plugins that failed to import: name -> one-line reason."""
     discover()
     return dict(_PLUGIN_ERRORS)
-
-
-def load_plugin(target: str) -> None:
-    """Import a plugin given as a module name (``my_pkg.my_comp``) or a ``.py`` file path.
-
-    Its ``@register`` decorators run on import. Errors, and an import still running after
-    :func:`import_timeout_s` seconds (see :func:`_import_deadline`; no limit outside the main
-    thread), are re-raised as :class:`CompressorError` with a one-line reason naming the plugin.
-    """
-    timeout = import_timeout_s()
-    mod_name = None
-    try:
-        with _import_deadline(timeout):
-            if target.endswith(".py") or "/" in target:
-                path = Path(target).resolve()
-                if not path.exists():
-                    raise FileNotFoundError(f"no such file: {path}")
-                mod_name = "mpcbench_plugin_" + hashlib.sha1(str(path).encode()).hexdigest()[:10]
-                spec = importlib.util.spec_from_file_location(mod_name, path)
-                assert spec is not None and spec.loader is not None
-                module = importlib.util.module_from_spec(spec)
-                sys.modules[mod_name] = module
-                spec.loader.exec_module(module)
-            else:
-                importlib.import_module(target)
-    except CompressorError:
-        raise
-    except (Exception, PluginImportTimeout) as e:  # noqa: BLE001
-        if mod_name is not None:
-            sys.modules.pop(mod_name, None)  # a half-run module is not imported (as with `import`)
-        raise CompressorError(f"plugin {target!r} failed to import: {_one_line(e)}") from e
 
 
 def available() -> list[str]:
@@ -298,7 +192,7 @@ def default_spec(name: str) -> str:
 def source_hash(spec: str) -> str:
     """sha256 (first 16 hex) of the source files of every class a spec uses (provenance)."""
     h = hashlib.sha256()
-    for name in sorted(_names_in(parse_spec(spec))):
+    for name in sorted(spec_names(parse_spec(spec))):
         cls = get_class(name)
         try:
             h.update(inspect.getsource(sys.modules[cls.__module__]).encode())
@@ -307,78 +201,7 @@ def source_hash(spec: str) -> str:
     return h.hexdigest()[:16]
 
 
-# --------------------------------------------------------------------------- specs
-@dataclass(frozen=True)
-class Spec:
-    """A parsed spec: compressor name, positional and keyword arguments (nested Specs allowed)."""
-
-    name: str
-    args: tuple[Any, ...] = ()
-    kwargs: tuple[tuple[str, Any], ...] = ()
-
-    def __str__(self) -> str:
-        parts = [_fmt(a) for a in self.args] + [f"{k}={_fmt(v)}" for k, v in self.kwargs]
-        return f"{self.name}({', '.join(parts)})" if parts else self.name
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, Spec):
-        return str(v)
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return v if v.isidentifier() else repr(v)
-    return repr(v)
-
-
-def _names_in(spec: Spec) -> set[str]:
-    out = {spec.name}
-    for v in list(spec.args) + [v for _, v in spec.kwargs]:
-        if isinstance(v, Spec):
-            out |= _names_in(v)
-    return out
-
-
-_WORDS = {"true": True, "false": False, "True": True, "False": False, "none": None, "None": None}
-
-
-def parse_spec(text: str) -> Spec:
-    """Parse a spec string into a :class:`Spec`. Syntax errors name the offending text."""
-    if not isinstance(text, str) or not text.strip():
-        raise CompressorError(f"empty compressor spec {text!r}; e.g. 'none' or 'topk(ratio=0.1)'")
-    try:
-        node = ast.parse(text.strip(), mode="eval").body
-    except SyntaxError as e:
-        raise CompressorError(
-            f"cannot parse compressor spec {text!r} ({e.msg}); expected e.g. 'quant(bits=4, scale=row)'"
-        ) from None
-    return _to_spec(node, text)
-
-
-def _to_spec(node: ast.AST, text: str) -> Spec:
-    if isinstance(node, ast.Name):
-        return Spec(node.id)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        args = tuple(_to_value(a, text) for a in node.args)
-        kws = []
-        for kw in node.keywords:
-            if kw.arg is None:
-                raise CompressorError(f"spec {text!r}: '**' is not allowed")
-            kws.append((kw.arg, _to_value(kw.value, text)))
-        return Spec(node.func.id, args, tuple(kws))
-    raise CompressorError(f"spec {text!r}: expected name or name(key=value, ...), got {ast.unparse(node)!r}")
-
-
-def _to_value(node: ast.AST, text: str) -> Any:
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool)):
-        return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
-        return -node.operand.value
-    if isinstance(node, ast.Name):
-        return _WORDS.get(node.id, node.id)  # bare word: string (or a nested spec, decided at build)
-    if isinstance(node, ast.Call):
-        return _to_spec(node, text)
-    raise CompressorError(f"spec {text!r}: unsupported value {ast.unparse(node)!r} (use numbers, words or specs)")
+_names_in = spec_names  # the name older code imports
 
 
 def _params(cls: type[Compressor]) -> dict[str, inspect.Parameter]:
@@ -439,7 +262,7 @@ def build(spec: str | Spec) -> Compressor:
     except CompressorError:
         raise
     except (TypeError, ValueError) as e:
-        raise CompressorError(f"{s.name}: {_one_line(e)}") from e
+        raise CompressorError(f"{s.name}: {one_line(e)}") from e
     obj.spec = str(s)
     return obj
 
@@ -449,11 +272,6 @@ def canonical_spec(spec: str) -> str:
     s = parse_spec(spec)
     build(s)
     return str(s)
-
-
-def _one_line(e: BaseException) -> str:
-    msg = " ".join(str(e).split())
-    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
 
 
 # Parameter validation helpers for compressor constructors -------------------------------

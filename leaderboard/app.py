@@ -35,6 +35,7 @@ from leaderboard import ranking, views
 from leaderboard.index import load_details, load_index
 from leaderboard.labels import Scale, place_labels
 from leaderboard.networks import Link, format_bandwidth, remodel
+from suite.results import DEFAULT_STORE
 from suite.results.network import PROFILES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,7 +78,7 @@ def _sources(argv: list[str]) -> tuple[list[str], list[str]]:
     env_records = [p for p in os.environ.get("MPCBENCH_RECORDS", "").split(os.pathsep) if p]
     if env_results or env_records:
         return env_results, env_records
-    store = REPO / "results" / "store.jsonl"
+    store = REPO / DEFAULT_STORE
     return ([str(store)] if store.exists() else []), [str(REPO / "records")]
 
 

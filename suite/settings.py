@@ -29,34 +29,83 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("MPCBENCH_DATA_DIR", "", "where the data sets are (`--data-dir` wins; else ../shared/data, else "
-            "~/.cache/mpcbench/data)", "tasks/api.py"),  # fmt: skip
-    Setting("MPCBENCH_CACHE_DIR", "", "decoded data-set arrays and AQ-SGD buffers (else ~/.cache/mpcbench and the "
-            "temp dir)", "tasks/data.py, compressors/builtins/aqsgd.py"),  # fmt: skip
+    Setting(
+        "MPCBENCH_DATA_DIR",
+        "",
+        "where the data sets are (`--data-dir` wins; else ../shared/data, else ~/.cache/mpcbench/data)",
+        "tasks/api.py",
+    ),
+    Setting(
+        "MPCBENCH_CACHE_DIR",
+        "",
+        "decoded data-set arrays and AQ-SGD buffers (else ~/.cache/mpcbench and the temp dir)",
+        "tasks/data.py, compressors/builtins/aqsgd.py",
+    ),
     Setting("MPCBENCH_OFFLINE", "", "`1`: never download a data set", "tasks/data.py"),
     Setting("MPCBENCH_SST2_MODEL", "", "the pretrained encoder of sst2 (hub id or folder)", "tasks/sst2.py"),
-    Setting("MPCBENCH_COMPILE", "auto", "torch.compile'd compressor kernels: `auto`, `0` or `1`",
-            "compressors/builtins/_fast.py"),  # fmt: skip
-    Setting("MPCBENCH_PLUGIN_IMPORT_TIMEOUT_S", "60", "deadline in seconds for importing one plugin",
-            "compressors/registry.py"),  # fmt: skip
-    Setting("MPCBENCH_CHECK_CONSISTENCY", "", "`1`: the sender/receiver consistency check in every run (same as "
-            "`--check-consistency`)", "suite/settings.py -> suite/pipeline/runtime.py"),  # fmt: skip
-    Setting("MPCBENCH_CLOCK", "events", "section timing on CUDA: `events` (CUDA events) or `sync` (synchronize)",
-            "suite/settings.py -> suite/pipeline/timing.py"),  # fmt: skip
-    Setting("MPCBENCH_ISOLATION", "fork", "`spawn`: each cell in a fresh interpreter instead of the fork server",
-            "suite/settings.py -> suite/bench/cell.py"),  # fmt: skip
-    Setting("MPCBENCH_TRACE", "", "`1`: torchrun workers print phase timestamps", "suite/settings.py -> "
-            "suite/pipeline/worker.py"),  # fmt: skip
-    Setting("MPCBENCH_GIT_COMMIT", "", "the commit of a checkout copied without .git (recorded in provenance)",
-            "suite/settings.py -> suite/bench/provenance.py"),  # fmt: skip
-    Setting("MPCBENCH_RUN_DIR", "", "set by the runtime on every torchrun process (the cleanup sweep's marker); "
-            "not a user setting", "suite/pipeline/launch.py"),  # fmt: skip
-    Setting("MPCBENCH_RESULTS", "", "results stores the leaderboard app reads (os.pathsep-separated); "
-            "ci/main.sh's store", "leaderboard/app.py, ci/main.sh"),  # fmt: skip
-    Setting("MPCBENCH_RECORDS", "", "records folders the leaderboard app reads (os.pathsep-separated)",
-            "leaderboard/app.py"),  # fmt: skip
-    Setting("MPCBENCH_CHROMIUM", "", "the browser of the leaderboard screenshot and browser test",
-            "leaderboard/screenshot.py"),  # fmt: skip
+    Setting(
+        "MPCBENCH_COMPILE",
+        "auto",
+        "torch.compile'd compressor kernels: `auto`, `0` or `1`",
+        "compressors/builtins/_fast.py",
+    ),
+    Setting(
+        "MPCBENCH_PLUGIN_IMPORT_TIMEOUT_S",
+        "60",
+        "deadline in seconds for importing one plugin",
+        "compressors/plugins.py",
+    ),
+    Setting(
+        "MPCBENCH_CHECK_CONSISTENCY",
+        "",
+        "`1`: the sender/receiver consistency check in every run (same as `--check-consistency`)",
+        "suite/settings.py -> suite/pipeline/runtime.py",
+    ),
+    Setting(
+        "MPCBENCH_CLOCK",
+        "events",
+        "section timing on CUDA: `events` (CUDA events) or `sync` (synchronize)",
+        "suite/settings.py -> suite/pipeline/timing.py",
+    ),
+    Setting(
+        "MPCBENCH_ISOLATION",
+        "fork",
+        "`spawn`: each cell in a fresh interpreter instead of the fork server",
+        "suite/settings.py -> suite/bench/cell.py",
+    ),
+    Setting(
+        "MPCBENCH_TRACE",
+        "",
+        "`1`: torchrun workers print phase timestamps",
+        "suite/settings.py -> suite/pipeline/worker.py",
+    ),
+    Setting(
+        "MPCBENCH_GIT_COMMIT",
+        "",
+        "the commit of a checkout copied without .git (recorded in provenance)",
+        "suite/settings.py -> suite/bench/provenance.py",
+    ),
+    Setting(
+        "MPCBENCH_RUN_DIR",
+        "",
+        "set by the runtime on every torchrun process (the cleanup sweep's marker); not a user setting",
+        "suite/pipeline/launch.py",
+    ),
+    Setting(
+        "MPCBENCH_RESULTS",
+        "",
+        "results stores the leaderboard app reads (os.pathsep-separated); ci/main.sh's store",
+        "leaderboard/app.py, ci/main.sh",
+    ),
+    Setting(
+        "MPCBENCH_RECORDS", "", "records folders the leaderboard app reads (os.pathsep-separated)", "leaderboard/app.py"
+    ),
+    Setting(
+        "MPCBENCH_CHROMIUM",
+        "",
+        "the browser of the leaderboard screenshot and browser test",
+        "leaderboard/screenshot.py",
+    ),
 )
 _BY_NAME = {s.name: s for s in SETTINGS}
 _FALSE = ("", "0", "false", "no")

@@ -15,10 +15,10 @@ re-exported here for the runners.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from compressors.api import CompressorError, did_you_mean
-from suite.pipeline.config import MODES, ROLE_OF_DIRECTION, CellConfig, CompressionPlan, ConfigError
+from compressors.spec import parse_spec, spec_names
+from suite.pipeline.config import MODES, CellConfig, CompressionPlan, ConfigError
 
 from .matrix_file import MATRIX_PATH, Entry, Matrix, MatrixError, Tier, load_matrix, parse_seeds
 from .options import MAX_CELLS, RUN_OPTIONS, Selection, check_cell_timeout
@@ -71,46 +71,8 @@ def _user_plans(sel: Selection) -> list[Entry]:
 
 
 def _spec_names(spec: str) -> set[str]:
-    from compressors.registry import _names_in, parse_spec
-
-    return _names_in(parse_spec(spec))
-
-
-def _check_roles(plan: CompressionPlan, dp_size: int, where: str) -> None:
-    """Every spec must handle its direction's role (checked on an instance: wrappers take their inner's)."""
-    from compressors.registry import build
-
-    for direction in ("forward", "backward", "dp"):
-        specs = [plan.spec_for(direction)] + [s for _, d, s in plan.per_boundary if d == direction]
-        role = ROLE_OF_DIRECTION[direction]
-        for spec in specs:
-            roles = build(spec).roles
-            if role not in roles:
-                handled = ", ".join(sorted(r.value for r in roles)) or "nothing"
-                flag = {"forward": "--forward", "backward": "--backward", "dp": "--dp"}[direction]
-                raise MatrixError(
-                    f"{where}: compressor {spec!r} cannot compress the {direction} direction ({role.value}); "
-                    f"it handles: {handled}. Give that direction another spec (e.g. {flag} none)"
-                )
-    if plan.dp != "none" and dp_size < 2:
-        raise MatrixError(
-            f"{where}: dp compressor {plan.dp!r} needs data-parallel replicas; set dp_size >= 2 (--dp-size 2)"
-        )
-
-
-def _not_applicable(plan: CompressionPlan, task_cls: Any) -> str | None:
-    from compressors.registry import get_class
-
-    have = set(getattr(task_cls, "features", ()))
-    for spec in sorted(set(plan.all_specs())):
-        for name in sorted(_spec_names(spec)):
-            missing = set(get_class(name).requires) - have
-            if missing:
-                return (
-                    f"not applicable: {name} requires model feature(s) {', '.join(sorted(missing))} "
-                    f"that task {task_cls.name} does not provide"
-                )
-    return None
+    """Names in a spec (the parser caches per text: resolving the plan later does not parse again)."""
+    return spec_names(parse_spec(spec))
 
 
 def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell]:
@@ -177,7 +139,7 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
     cells: list[PlannedCell] = []
     seen: set[str] = set()
     for task in tasks:
-        for ei, entry in enumerate(entries):
+        for entry in entries:
             if entry.tasks is not None and task not in entry.tasks:
                 continue
             where = f"tier {tier.name}, task {task}, compressor {entry.plan.label}"
@@ -217,19 +179,16 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
                     cells.append(PlannedCell(cfg, error=broken))
                     continue
                 try:
-                    # plugins are already imported in this process: validate without re-importing
-                    valid = replace(replace(cfg, plugins=()).validate(), plugins=cfg.plugins)
-                    task_cls = get_task_class(task)
-                    _check_roles(valid.plan, valid.dp, where)
-                except MatrixError:
-                    raise  # already names the cell
+                    # the one check of the plan (roles on instances, features, overrides); plugins are
+                    # already imported in this process, so resolve without importing them again
+                    valid, resolved = replace(cfg, plugins=()).resolve()
                 except (ConfigError, CompressorError, TaskError) as e:
                     raise MatrixError(f"{where}: {e}") from None
-                skip = _not_applicable(valid.plan, task_cls)
+                valid = replace(valid, plugins=cfg.plugins)
                 if valid.key() in seen:
                     continue
                 seen.add(valid.key())
-                cells.append(PlannedCell(valid, skip=skip))
+                cells.append(PlannedCell(valid, skip=resolved.not_applicable))
     return _with_test_ids(cells)
 
 

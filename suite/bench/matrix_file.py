@@ -168,8 +168,7 @@ def _entry(raw: Any, where: str) -> Entry:
     unknown = set(raw) - set(PLAN_KEYS) - set(SETTING_KEYS)
     if unknown:
         raise MatrixError(
-            f"{where}: unknown key(s) {sorted(unknown)}; valid keys: "
-            f"{', '.join([*PLAN_KEYS, 'tasks', *SETTING_KEYS])}"
+            f"{where}: unknown key(s) {sorted(unknown)}; valid keys: {', '.join([*PLAN_KEYS, 'tasks', *SETTING_KEYS])}"
         )
     settings = _settings({k: v for k, v in raw.items() if k in SETTING_KEYS}, where)
     plan_d = {k: v for k, v in raw.items() if k in PLAN_KEYS}

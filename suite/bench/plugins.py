@@ -35,7 +35,7 @@ class Plugins:
     failed: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, plugins: Iterable[str]) -> "Plugins":
+    def load(cls, plugins: Iterable[str]) -> Plugins:
         import tasks as tasks_pkg
         from compressors.registry import available, get_class, load_plugin
         from tasks import available_tasks, get_task_class

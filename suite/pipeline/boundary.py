@@ -4,7 +4,7 @@ Boundary b sits between stage b and stage b+1. Each end lives in the process of 
 and owns its own compressor instances, built from the plan's spec for that boundary::
 
     stage b  (SenderEnd)                              stage b+1  (ReceiverEnd)
-    y = stage_b(x)                                     
+    y = stage_b(x)
     payload = fwd.compress(y)      --- activation --> x' = fwd'.decompress(payload)
                                                       y' = stage_b+1(x') ... loss.backward()
     g = bwd'.decompress(payload)   <-- gradient ----- payload = bwd.compress(x'.grad)
@@ -42,6 +42,7 @@ from torch import Tensor
 from compressors.api import Compressor, CompressorError, Payload, TensorInfo, TensorRole
 from compressors.builtins.baseline import NoCompression
 from compressors.registry import build
+from compressors.spec import Spec
 
 from .accounting import boundary_key
 from .timing import Clock
@@ -171,8 +172,8 @@ class _End:
     def __init__(
         self,
         boundary: int,
-        forward_spec: str,
-        backward_spec: str,
+        forward_spec: Spec,
+        backward_spec: Spec,
         transport: Transport,
         peer: int,
         device: torch.device,
@@ -200,7 +201,7 @@ class _End:
         if check_consistency:
             for comp, spec in ((self.fwd, forward_spec), (self.bwd, backward_spec)):
                 if not comp.differentiable:
-                    with _other_rng(device, derive_seed(seed, boundary, spec, "twin")):
+                    with _other_rng(device, derive_seed(seed, boundary, str(spec), "twin")):
                         self.twins[id(comp)] = build(spec)
 
     def compressors(self) -> list[Compressor]:

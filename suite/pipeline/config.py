@@ -1,7 +1,8 @@
 """Typed configuration of one benchmark cell: task x compressor plan x seed (+ placement).
 
-Everything is validated at construction (``CellConfig.validate``) so that a bad name or
-parameter fails before any training starts, with a one-line message.
+Everything is validated before anything trains (``CellConfig.validate`` / ``resolve``; the plan
+by :func:`suite.pipeline.plan.resolve_plan`), so that a bad name or parameter fails first,
+with a one-line message.
 """
 
 from __future__ import annotations
@@ -10,16 +11,19 @@ import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
-from compressors.api import CompressorError, TensorRole, did_you_mean
+from compressors.api import CompressorError, did_you_mean
 from suite.results.records import MAX_SEED
 
+from .errors import ConfigError
+from .plan import DIRECTIONS, ROLE_OF_DIRECTION, CompressionPlan, Direction, ResolvedPlan, resolve_plan
 from .schedules import SCHEDULES, build_schedule, pipeline_ranks
 
 __all__ = [
     "Direction",
     "DIRECTIONS",
+    "ROLE_OF_DIRECTION",
     "CompressionPlan",
     "CellConfig",
     "ConfigError",
@@ -28,111 +32,8 @@ __all__ = [
     "DEVICES",
 ]
 
-Direction = Literal["forward", "backward", "dp"]
-DIRECTIONS: tuple[str, ...] = ("forward", "backward", "dp")
-ROLE_OF_DIRECTION = {
-    "forward": TensorRole.ACTIVATION,
-    "backward": TensorRole.ACTIVATION_GRAD,
-    "dp": TensorRole.WEIGHT_GRAD,
-}
 MODES = ("single", "torchrun")  # all stages in one process, or one process per stage (and replica)
 DEVICES = ("cpu", "cuda", "auto")
-
-
-class ConfigError(ValueError):
-    """A cell configuration is invalid; the message names the field and the fix."""
-
-
-@dataclass(frozen=True)
-class CompressionPlan:
-    """Which compressor spec runs where.
-
-    ``forward`` / ``backward`` apply at every pipeline boundary unless ``per_boundary``
-    overrides them: ``per_boundary = {"0": {"forward": "topk(ratio=0.1)"}}`` changes the
-    forward compressor of boundary 0 only. ``dp`` compresses data-parallel weight gradients.
-    """
-
-    forward: str = "none"
-    backward: str = "none"
-    dp: str = "none"
-    per_boundary: tuple[tuple[int, str, str], ...] = ()  # (boundary, direction, spec)
-
-    def spec_for(self, direction: str, boundary: int = 0) -> str:
-        for b, d, s in self.per_boundary:
-            if b == boundary and d == direction:
-                return s
-        return getattr(self, direction)
-
-    def all_specs(self) -> list[str]:
-        return [self.forward, self.backward, self.dp] + [s for _, _, s in self.per_boundary]
-
-    @property
-    def label(self) -> str:
-        """Short display name: the forward spec if everything else is ``none``/same, else all."""
-        parts = []
-        if self.forward == self.backward:
-            parts.append(self.forward)
-        else:
-            parts.append(f"fwd={self.forward},bwd={self.backward}")
-        if self.dp != "none":
-            parts.append(f"dp={self.dp}")
-        for b, d, s in self.per_boundary:
-            parts.append(f"b{b}.{d}={s}")
-        return "|".join(parts)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any] | str) -> "CompressionPlan":
-        """From a matrix entry: a spec string (forward = backward = it) or a mapping."""
-        if isinstance(d, str):
-            return cls(forward=d, backward=d)
-        if not isinstance(d, dict):
-            raise ConfigError(f"compressor entry must be a spec string or a mapping, got {type(d).__name__}")
-        unknown = set(d) - {"forward", "backward", "dp", "per_boundary", "both"}
-        if unknown:
-            raise ConfigError(
-                f"compressor entry has unknown key(s) {sorted(unknown)}; valid keys: forward, backward, dp, both, per_boundary"
-            )
-        both = d.get("both")
-        pb = []
-        for b, dirs in (d.get("per_boundary") or {}).items():
-            if not isinstance(dirs, dict):
-                raise ConfigError(f"per_boundary[{b}] must map direction -> spec")
-            for direction, spec in dirs.items():
-                if direction not in ("forward", "backward"):
-                    raise ConfigError(f"per_boundary[{b}]: direction {direction!r} must be forward or backward")
-                pb.append((int(b), direction, str(spec)))
-        return cls(
-            forward=str(d.get("forward", both or "none")),
-            backward=str(d.get("backward", both or "none")),
-            dp=str(d.get("dp", "none")),
-            per_boundary=tuple(sorted(pb)),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"forward": self.forward, "backward": self.backward, "dp": self.dp}
-        if self.per_boundary:
-            pb: dict[str, dict[str, str]] = {}
-            for b, d, s in self.per_boundary:
-                pb.setdefault(str(b), {})[d] = s
-            out["per_boundary"] = pb
-        return out
-
-    def canonical(self) -> "CompressionPlan":
-        """Same plan with every spec normalized and validated (raises ConfigError)."""
-        from compressors.registry import canonical_spec
-
-        def canon(s: str, where: str) -> str:
-            try:
-                return canonical_spec(s)
-            except CompressorError as e:
-                raise ConfigError(f"{where} compressor: {e}") from None
-
-        return CompressionPlan(
-            forward=canon(self.forward, "forward"),
-            backward=canon(self.backward, "backward"),
-            dp=canon(self.dp, "dp"),
-            per_boundary=tuple((b, d, canon(s, f"boundary {b} {d}")) for b, d, s in self.per_boundary),
-        )
 
 
 @dataclass(frozen=True)
@@ -194,8 +95,13 @@ class CellConfig:
     # fields left out of the identity at their default, so older records keep their keys
     _IDENTITY_IF_SET = {"nnodes": 1, "link": None}
 
-    def validate(self) -> "CellConfig":
-        """Check names and ranges; return the config with canonical compressor specs."""
+    def resolve(self) -> tuple["CellConfig", ResolvedPlan]:
+        """Check every field and resolve the plan once (:func:`suite.pipeline.plan.resolve_plan`).
+
+        Returns the config with canonical compressor specs and the resolved plan. A plan the
+        task cannot run (a compressor requires a model feature it lacks) is returned with
+        ``not_applicable`` set, so the runner can skip the cell; :meth:`validate` refuses it.
+        """
         from compressors.registry import load_plugin
         from tasks import available_tasks, get_task_class
 
@@ -244,10 +150,21 @@ class CellConfig:
             raise ConfigError(f"check_consistency={self.check_consistency!r} must be true or false")
         if self.steps is not None and (not isinstance(self.steps, int) or self.steps < 1):
             raise ConfigError(f"steps={self.steps!r} must be an integer >= 1")
-        for b, _, _ in self.plan.per_boundary:
-            if not 0 <= b < n - 1:
-                raise ConfigError(f"per_boundary boundary {b} out of range: {n} stages have boundaries 0..{n - 2}")
-        return replace(self, plan=self.plan.canonical(), nnodes=self._check_hosts(n))
+        if self.mode == "single" and self.dp != 1:
+            raise ConfigError(f"dp={self.dp} needs mode=torchrun (one process per stage and replica); single mode runs dp=1")
+        nnodes = self._check_hosts(n)
+        resolved = resolve_plan(self.plan, cls, n, self.dp)
+        return replace(self, plan=resolved.plan, nnodes=nnodes), resolved
+
+    def validate(self) -> "CellConfig":
+        """Check names and ranges, resolve the plan; return the config with canonical compressor specs.
+
+        Raises :class:`ConfigError` (one line) for anything that would fail later, a plan the
+        task cannot run included."""
+        cfg, resolved = self.resolve()
+        if resolved.not_applicable:
+            raise ConfigError(resolved.not_applicable)
+        return cfg
 
     def _check_hosts(self, n_stages: int) -> int:
         """Validate nnodes / node_rank / rdzv_endpoint / link; return nnodes (one per process with a link and no

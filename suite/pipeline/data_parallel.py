@@ -40,6 +40,7 @@ from torch.nn.parallel import DistributedDataParallel
 from compressors.api import Compressor, TensorInfo, TensorRole
 from compressors.builtins.baseline import NoCompression
 from compressors.registry import build
+from compressors.spec import Spec
 
 from .accounting import ByteMeter, dp_key
 from .boundary import _check_output, _check_payload, derive_seed
@@ -68,7 +69,7 @@ class CompressedReduce:
 
     def __init__(
         self,
-        spec: str,
+        spec: Spec,
         stage: int,
         group: Any,
         meter: ByteMeter,

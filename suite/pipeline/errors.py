@@ -1,8 +1,12 @@
-"""Errors a run ends with. Messages are one line and name the failing rank or stage."""
+"""Errors a run refuses or ends with. Messages are one line and name the offender (field, rank or stage)."""
 
 from __future__ import annotations
 
-__all__ = ["RunError", "RunTimeout"]
+__all__ = ["ConfigError", "RunError", "RunTimeout"]
+
+
+class ConfigError(ValueError):
+    """A cell configuration is invalid; the message names the field and the fix."""
 
 
 class RunError(RuntimeError):

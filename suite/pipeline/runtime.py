@@ -19,16 +19,16 @@ from dataclasses import replace
 from suite import settings
 
 from .accounting import ByteMeter
-from .config import CellConfig, ConfigError
+from .config import CellConfig
 from .errors import RunError, RunTimeout
-from .result import RunResult
-from .summary import summarize
 from .placement import Placement
+from .result import RunResult
 from .schedules import pipeline_ranks
-from .trainer import check_plan, required_feature_options, required_features, resolve_device, train
+from .summary import summarize
+from .trainer import resolve_device, train
 from .transport import LocalTransport
 
-__all__ = ["run", "run_single", "preflight", "RunError", "RunTimeout"]
+__all__ = ["run", "run_single", "RunError", "RunTimeout"]
 
 
 def run(config: CellConfig) -> RunResult:
@@ -39,7 +39,6 @@ def run(config: CellConfig) -> RunResult:
     (and every torchrun worker)."""
     cfg = config.validate()
     cfg = replace(cfg, check_consistency=cfg.check_consistency or settings.check_consistency())
-    preflight(cfg)
     if cfg.mode == "single":
         return run_single(cfg)
     from .launch import launch
@@ -47,27 +46,8 @@ def run(config: CellConfig) -> RunResult:
     return launch(cfg)
 
 
-def preflight(cfg: CellConfig) -> None:
-    """Checks that need the registry and the task class but no data: compressor roles and
-    model features (so a bad cell fails here, not inside torchrun ranks)."""
-    from tasks import get_task_class
-
-    check_plan(cfg.plan, cfg.n_stages, cfg.dp)
-    required_feature_options(cfg.plan)  # conflicting options fail here, before any rank starts
-    cls = get_task_class(cfg.task)
-    missing = required_features(cfg.plan) - set(cls.features)
-    if missing:
-        raise ConfigError(
-            f"task {cfg.task!r} cannot provide model feature(s) {sorted(missing)} required by the plan "
-            f"(it provides: {sorted(cls.features) or 'none'}); choose another compressor or task"
-        )
-    if cfg.mode == "single" and cfg.dp != 1:
-        raise ConfigError(f"dp={cfg.dp} needs mode=torchrun (one process per stage and replica); single mode runs dp=1")
-
-
 def run_single(cfg: CellConfig) -> RunResult:
     """All stages in this process (``cfg`` already validated)."""
-    preflight(cfg)
     device = resolve_device(cfg.device)
     meter = ByteMeter()
     transport = LocalTransport(meter, device)

@@ -18,15 +18,14 @@ from typing import Any, Callable
 
 import torch
 
-from compressors.api import TensorRole
-from compressors.registry import Spec, get_class, parse_spec
-from tasks import Batch, build_task
+from tasks import Batch, build_task, get_task_class
 
 from .accounting import ByteMeter
 from .boundary import Micro, ReceiverEnd, SenderEnd
-from .config import ROLE_OF_DIRECTION, CellConfig, CompressionPlan, ConfigError
+from .config import CellConfig, ConfigError
 from .errors import RunTimeout
 from .placement import Placement
+from .plan import resolve_plan
 from .schedules import Action, Kind, Schedule, build_schedule
 from .stage import Stage
 from .timing import Clock
@@ -36,7 +35,7 @@ from .transport import DistTransport, LocalTransport, Transport
 # them to its log (suite.bench.cell), so a cell's log grows while it trains.
 progress_log = logging.getLogger("mpcbench.train")
 
-__all__ = ["Placement", "STAGE_METHODS", "train", "execute", "required_features", "check_plan", "resolve_device"]
+__all__ = ["Placement", "STAGE_METHODS", "train", "execute", "resolve_device"]
 
 # How the executor runs each action kind on a stage: (stage, micro-batch index, its Batch, its Micro).
 # A schedule using a kind missing here (e.g. a zero-bubble schedule's I / W) is refused before training.
@@ -63,43 +62,6 @@ def resolve_device(name: str, local_rank: int = 0, local_world: int = 1) -> torc
     return torch.device("cpu")
 
 
-def _spec_names(spec: str) -> list[str]:
-    out, todo = [], [parse_spec(spec)]
-    while todo:
-        s = todo.pop()
-        out.append(s.name)
-        todo += [v for v in list(s.args) + [v for _, v in s.kwargs] if isinstance(v, Spec)]
-    return out
-
-
-def required_features(plan: CompressionPlan) -> frozenset[str]:
-    """Union of ``requires`` over every compressor the plan uses (nested specs included)."""
-    return frozenset(f for spec in plan.all_specs() for n in _spec_names(spec) for f in get_class(n).requires)
-
-
-def required_feature_options(plan: CompressionPlan) -> dict[str, dict[str, Any]]:
-    """Feature options the plan's compressors ask the task for (their ``feature_options``, e.g.
-    ``subspace(ratio=0.01)`` -> ``{"residual_subspace": {"ratio": 0.01}}``); two specs asking
-    different options for one feature are refused (one model serves every boundary)."""
-    from compressors.registry import build
-
-    out: dict[str, dict[str, Any]] = {}
-    for spec in set(plan.all_specs()):
-        if not any(get_class(n).requires for n in _spec_names(spec)):
-            continue
-        c = build(spec)
-        while c is not None:
-            for feature, opts in (getattr(c, "feature_options", None) or {}).items():
-                if feature in out and out[feature] != dict(opts):
-                    raise ConfigError(
-                        f"compressors ask for different {feature!r} options ({out[feature]} and {dict(opts)}); "
-                        "use the same parameters for every direction and boundary"
-                    )
-                out[feature] = dict(opts)
-            c = getattr(c, "inner", None)
-    return out
-
-
 def compressor_stats(instances: list[Any]) -> dict[str, float]:
     """Sum of the counters compressors report through an optional ``stats()`` (e.g. AQ-SGD's
     rows sent as deltas vs in full), over every instance of this process."""
@@ -109,23 +71,6 @@ def compressor_stats(instances: list[Any]) -> dict[str, float]:
         for k, v in (stats() if callable(stats) else {}).items():
             out[k] = out.get(k, 0) + v
     return out
-
-
-def check_plan(plan: CompressionPlan, n_stages: int, dp: int) -> None:
-    """Refuse compressors used in a role they do not declare (one-line ConfigError)."""
-    uses = [(d, b) for b in range(n_stages - 1) for d in ("forward", "backward")]
-    if dp > 1:
-        uses.append(("dp", 0))
-    for direction, b in uses:
-        spec = plan.spec_for(direction, b)
-        cls = get_class(parse_spec(spec).name)
-        role = ROLE_OF_DIRECTION[direction]
-        if role not in cls.roles:
-            hint = " (e.g. backward: none)" if role == TensorRole.ACTIVATION_GRAD else ""
-            raise ConfigError(
-                f"{direction} compressor {spec!r} does not support role {role.value} "
-                f"(it supports: {', '.join(sorted(r.value for r in cls.roles))}); choose another {direction} spec{hint}"
-            )
 
 
 def train(
@@ -139,11 +84,12 @@ def train(
     """Train the stages in ``placement`` for the configured steps; return this process's report."""
     cfg = config
     S = placement.n_stages
-    check_plan(cfg.plan, S, placement.dp_size)
+    # resolved (parsed, built, checked) by CellConfig.validate in this process: a memo hit, trusted as is
+    plan = resolve_plan(cfg.plan, get_task_class(cfg.task), S, placement.dp_size)
 
     # --- task, budget, model (identical on every rank) -----------------------------------------
-    task = build_task(cfg.task, cfg.tier, seed=cfg.seed, data_dir=cfg.data_dir, features=required_features(cfg.plan),
-                      feature_options=required_feature_options(cfg.plan))
+    task = build_task(cfg.task, cfg.tier, seed=cfg.seed, data_dir=cfg.data_dir, features=plan.features,
+                      feature_options=plan.feature_options)
     if cfg.steps is not None:
         task.budget = replace(task.budget, steps=cfg.steps)
     budget = task.budget
@@ -165,7 +111,7 @@ def train(
         clock = Clock(device)
 
         def end(cls, b: int, peer_stage: int):
-            e = cls(b, cfg.plan.spec_for("forward", b), cfg.plan.spec_for("backward", b), transport,
+            e = cls(b, plan.spec("forward", b), plan.spec("backward", b), transport,
                     placement.rank(peer_stage), device, cfg.seed, clock, cfg.check_consistency)  # fmt: skip
             for c in e.compressors() + e.twin_compressors():  # twins: consistency check only
                 c.bind(features)
@@ -178,7 +124,7 @@ def train(
             from .data_parallel import CompressedReduce, wrap_stage
 
             assert dp_groups is not None
-            hook = CompressedReduce(cfg.plan.dp, s, dp_groups[s], meter, clock, cfg.seed, features)
+            hook = CompressedReduce(plan.spec("dp"), s, dp_groups[s], meter, clock, cfg.seed, features)
             train_module, sync = wrap_stage(module, dp_groups[s], device, hook)
             hooks.append(hook)
         stage = Stage(
