@@ -141,8 +141,9 @@ def get_class(name: str) -> type[Compressor]:
         return _REGISTRY[name]
     if name in _PLUGIN_ERRORS:
         raise CompressorError(_PLUGIN_ERRORS[name])
-    raise CompressorError(f"unknown compressor {name!r}{did_you_mean(name, available())}; "
-                          f"valid names: {', '.join(available())}")
+    raise CompressorError(
+        f"unknown compressor {name!r}{did_you_mean(name, available())}; valid names: {', '.join(available())}"
+    )
 
 
 def describe(name: str) -> dict[str, Any]:

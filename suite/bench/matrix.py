@@ -96,8 +96,9 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
             if plugins.failed:
                 broken_task[t] = next(iter(plugins.failed.values()))
                 continue
-            raise MatrixError(f"unknown task {t!r}{did_you_mean(t, available_tasks())}; "
-                              f"valid tasks: {', '.join(available_tasks())}")
+            raise MatrixError(
+                f"unknown task {t!r}{did_you_mean(t, available_tasks())}; valid tasks: {', '.join(available_tasks())}"
+            )
         try:
             get_task_class(t)
         except Exception as e:  # noqa: BLE001 - a task module that does not import
@@ -160,7 +161,9 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
                 if (v := getattr(sel, field)) is not None:
                     settings[cell_field] = v
             # data parallelism, several hosts and emulated links need one process per stage / replica: torchrun
-            multi = int(settings.get("dp", 1) or 1) > 1 or int(settings.get("nnodes", 1) or 1) > 1 or settings.get("link")
+            multi = (
+                int(settings.get("dp", 1) or 1) > 1 or int(settings.get("nnodes", 1) or 1) > 1 or settings.get("link")
+            )
             mode = "torchrun" if multi else sel.mode
             for seed in seeds:
                 cfg = CellConfig(

@@ -76,7 +76,9 @@ class Matrix:
 
     def tier(self, name: str) -> Tier:
         if name not in self.tiers:
-            raise MatrixError(f"unknown tier {name!r}{did_you_mean(name, self.tiers)}; valid tiers: {', '.join(self.tiers)}")
+            raise MatrixError(
+                f"unknown tier {name!r}{did_you_mean(name, self.tiers)}; valid tiers: {', '.join(self.tiers)}"
+            )
         return self.tiers[name]
 
 
