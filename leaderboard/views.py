@@ -182,12 +182,12 @@ def time_to_quality_frame(
         times = cumulative_times(getattr(r, "timing_inputs", ""), link, steps)
         for p, k, t in zip(curve, steps, times):
             points.append((label, r.entry, name, r.setup, k, t, _num(p.get(key)), r.seed, "modeled"))
-        link = getattr(r, "link", "") or ""
-        if link:  # a run over a real or emulated link: its curve's wall-clock is the measured time
-            kind = "measured" if link == "real network" else "emulated"
+        ran_over = getattr(r, "link", "") or ""
+        if ran_over:  # a run over a real or emulated link: its curve's wall-clock is the measured time
+            kind = "measured" if ran_over == "real network" else "emulated"
             for p, k in zip(curve, steps):
                 points.append((label, r.entry, name, r.setup, k, _num(p.get("wall_s")), _num(p.get(key)), r.seed,
-                               f"{kind} {link}"))  # fmt: skip
+                               f"{kind} {ran_over}"))  # fmt: skip
     long = pd.DataFrame(points, columns=cols[:-2] + ["seed", "source"])
     long = long.dropna(subset=["time_s", "metric"])
     if long.empty:

@@ -72,16 +72,17 @@ def test_time_to_quality_has_modeled_lines_and_the_measured_emulated_curve(lb):
     from leaderboard.networks import Link
     from leaderboard.views import time_to_quality_frame
 
-    plain = lb.make_record("cifar10", "fp16", 0)
+    plain = lb.make_record("cifar10", "none", 0)
     linked = lb.make_record("cifar10", "fp16", 1, record_id="e" * 32, cell_key="linked")
     linked["network"] = {"link": "100mbit", "emulated": True, "measured": {"step_s": 0.5}}
-    frame = to_frame([plain, linked])
+    frame = to_frame([linked, plain])  # the linked record first: the next one must still be modeled
     ttq = time_to_quality_frame(frame, Link(1e9, 5e-4))
     assert set(ttq.source) == {"modeled", "emulated 100mbit"}
     emu = ttq[ttq.source == "emulated 100mbit"]
     assert list(emu.time_s) == [p["wall_s"] for p in linked["curve"]]  # measured, not modeled
     modeled = ttq[ttq.source == "modeled"]
     assert (modeled.groupby("label").time_s.apply(lambda s: s.is_monotonic_increasing)).all()
+    assert set(modeled.compressor) == {"none", "fp16"}  # every record after a linked one still gets its line
 
 
 def test_compressors_are_shown_with_their_parameters(lb):
