@@ -300,10 +300,13 @@ def _default_network(frame) -> str | None:
 
 
 def _markdown(df) -> str:
-    cols = [str(c) for c in df.columns]
+    """A markdown table whose cells are inert text (record text may hold markup, HTML or newlines)."""
+    from leaderboard.safe_text import markdown_cell
+
+    cols = [markdown_cell(c) for c in df.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for row in df.astype(str).itertuples(index=False):
-        lines.append("| " + " | ".join(v.replace("|", "\\|") for v in row) + " |")
+        lines.append("| " + " | ".join(markdown_cell(v) for v in row) + " |")
     return "\n".join(lines)
 
 
@@ -352,14 +355,23 @@ def _width(table) -> int:
     return max((len(line) for line in text.splitlines()), default=0)
 
 
+def _terminal(df):
+    """The table with every text cell and header passed through ``plain`` (no escape sequences reach the terminal)."""
+    from leaderboard.safe_text import plain
+
+    return df.astype(str).map(plain).rename(columns=plain)
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from leaderboard.ranking import RULES, aggregate, display_table, network_profiles
 
+    from leaderboard.safe_text import plain
+
     frame, problems = _load_for_report(args)
     for p in problems:
-        print(f"skipped: {p}", file=sys.stderr)
+        print(f"skipped: {plain(p)}", file=sys.stderr)
     if args.task:
         frame = frame[frame["task"].isin(args.task)]
     if args.tier:
@@ -391,13 +403,16 @@ def cmd_report(args: argparse.Namespace) -> int:
         for (task, tier), g in ranked.groupby(["task", "tier"], sort=True):
             table = display_table(g, network=network, direction=args.direction, mark_unresolved=rule.name == "quality_at_ratio")
             n_seeds = sorted({int(n) for n in g["n"]})
-            print(f"\n== {task} / {tier}  (metric: {g['metric_name'].iloc[0] or '?'}; seeds per entry: "
-                  f"{', '.join(map(str, n_seeds))}) ==")  # fmt: skip
-            print(_question(rule.name, g, targets.get((task, tier)), network, args.min_ratio))
+            print()
+            print(plain(f"== {task} / {tier}  (metric: {g['metric_name'].iloc[0] or '?'}; seeds per entry: "
+                        f"{', '.join(map(str, n_seeds))}) =="))  # fmt: skip
+            print(plain(_question(rule.name, g, targets.get((task, tier)), network, args.min_ratio)))
+            if args.format == "text":
+                table = _terminal(table)  # record text: no control characters reach the terminal
             if not args.wide and args.format == "text":
                 table, notes = _narrow(table, network, args.direction)
                 for note in notes:
-                    print(note)
+                    print(plain(note))
             if args.format == "markdown":
                 print(_markdown(table))
             else:
@@ -407,12 +422,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     wanted = set(frame["record_id"])
     if rows := link_rows(r for r in records if r.get("record_id") in wanted):  # runs over real or emulated links
         print("\nmeasured over links next to the network model (mpcbench links):")
-        print(format_rows(rows))
+        print("\n".join(plain(line) for line in format_rows(rows).splitlines()))
     failed = frame[(frame["status"] != "ok") & frame["latest"]]
     if len(failed):
         print(f"\n{len(failed)} failed cell(s) (latest record per cell):")
         for r in failed.itertuples(index=False):
-            print(f"  {r.status}: {r.cell_id}: {r.error}")
+            print(plain(f"  {r.status}: {r.cell_id}: {r.error}"))
     import textwrap
 
     print()
@@ -447,8 +462,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
             n, what = len(records), "records"
         else:
             problems, n, what = [f"{path}: no such file or folder"], 0, "records"
+        from leaderboard.safe_text import plain
+
         for p in problems:
-            print(p)
+            print(plain(p))
         bad += len(problems)
         state = "OK" if not problems else f"{len(problems)} problem(s)"
         print(f"{raw}: {state}; {n} valid {what}", file=sys.stderr)
