@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .config import CellConfig
@@ -59,6 +59,9 @@ class _Agent:
     env: dict[str, str]
     run_dir: Path
     proc: subprocess.Popen | None = None
+    # rank -> when it was first seen stopped (SIGSTOP, a debugger): torchrun SIGKILLs a stopped rank in
+    # the end, which alone would read like a crash (issue 12, A16)
+    stopped: dict[str, float] = field(default_factory=dict)
 
     @property
     def log_path(self) -> Path:
@@ -153,6 +156,7 @@ def run_agents(config: CellConfig, agents: list[_Agent], keep_dir: bool = False,
                 a.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=a.env, preexec_fn=_pdeathsig_setter()
             )
         first_failure: tuple[float, _Agent] | None = None
+        next_scan = time.monotonic() + 1.0
         try:
             while True:
                 codes = [a.proc.poll() for a in agents if a.proc]
@@ -165,6 +169,11 @@ def run_agents(config: CellConfig, agents: list[_Agent], keep_dir: bool = False,
                         first_failure = (now, bad)
                 elif now - first_failure[0] > grace:
                     break  # the others did not notice in time: kill them below
+                if now >= next_scan:  # once a second: which ranks are stopped (state T)
+                    next_scan = now + 1.0
+                    for a in agents:
+                        for rank in _stopped_ranks(a.run_dir):
+                            a.stopped.setdefault(rank, now)
                 if now > deadline:
                     _kill_agents(agents)
                     raise RunTimeout(
@@ -188,6 +197,29 @@ def run_agents(config: CellConfig, agents: list[_Agent], keep_dir: bool = False,
         if ok and not keep_dir:
             for a in agents:
                 shutil.rmtree(a.run_dir, ignore_errors=True)
+
+
+def _stopped_ranks(run_dir: Path) -> list[str]:
+    """Ranks (their ``RANK``) of this run's processes that are stopped right now (Linux /proc)."""
+    out = []
+    for pid in _marked_pids(run_dir):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state in ("T", "t"):
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                rank = next((v[5:].decode() for v in env if v.startswith(b"RANK=")), None)
+                if rank is not None:
+                    out.append(rank)
+        except (OSError, IndexError, UnicodeDecodeError):
+            continue
+    return out
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(code).name
+    except ValueError:
+        return "unknown signal"
 
 
 def _kill_agents(agents: list[_Agent]) -> None:
@@ -280,13 +312,18 @@ def _agent_failure(agent: _Agent) -> tuple[str | None, bool]:
     # whichever failure torchrun happened to observe first. Prefer signals among those.
     failed = re.findall(r"^\s+rank\s+:\s*(\d+)[^\n]*\n\s+exitcode\s+:\s*(-?\d+)", log, re.M)
     silent = [(r, c) for r, c in failed if not any(l.startswith((f"rank {r} ", f"rank {r}:")) for l in lines)]
-    silent.sort(key=lambda rc: int(rc[1]) >= 0)
+    # torchrun SIGTERMs the survivors itself: a rank killed by another signal is the cause
+    silent.sort(key=lambda rc: (int(rc[1]) >= 0, int(rc[1]) == -signal.SIGTERM))
+    if agent.stopped:  # seen stopped while the job ran: its peers' timeouts and torchrun's SIGKILL follow from it
+        r = min(agent.stopped, key=agent.stopped.get)
+        msg = f"rank {r} was stopped (SIGSTOP or a debugger) and stalled the run; its peers waited until they gave up"
+        return msg + (f"; then {lines[0]}" if lines else ""), True
     if primary:
         return primary[0], True
     if silent:
         r, code = silent[0]
         how = f"signal {-int(code)}" if int(code) < 0 else f"exit code {code}"
-        msg = f"rank {r} died ({how}) without a Python error"
+        msg = f"rank {r} died ({how}) without a Python error" + (f" ({_signal_name(-int(code))})" if int(code) < 0 else "")
         if lines:
             msg += f"; then {lines[0]}"
         return msg, True

@@ -44,11 +44,11 @@ print("RECORD " + json.dumps(rec), flush=True)
 """
 
 
-def _config():
+def _config(stages: int = 2):
     from suite.pipeline.config import CellConfig, CompressionPlan
 
     return CellConfig(
-        task="tiny", plan=CompressionPlan("none", "fault_killme(rank=1, step=1)"), stages=2, mode="torchrun", steps=3,
+        task="tiny", plan=CompressionPlan("none", "fault_killme(rank=1, step=1)"), stages=stages, mode="torchrun", steps=3,
         plugins=(TINY, FAULTY), comm_timeout_s=COMM_TIMEOUT_S, time_limit_s=300,
     )  # fmt: skip
 
@@ -109,6 +109,51 @@ def test_stage_process_killed_mid_step_fails_the_run_in_time(faulty_registry, tm
         msg = str(err)
         # the root cause first (rank 0's receive error, if it got to write one, follows it)
         assert "\n" not in msg and msg.startswith("torchrun run failed: rank 1 died (signal 9)"), msg
+        assert wait_until(lambda: not processes_with_env(MARKER_ENV, marker), timeout=15), "orphaned processes"
+
+
+@pytest.mark.parametrize(
+    "sig, stages, expected",
+    [
+        (signal.SIGKILL, 4, "torchrun run failed: rank 1 died (signal 9) without a Python error (SIGKILL)"),
+        (signal.SIGSTOP, 2, "torchrun run failed: rank 1 was stopped (SIGSTOP or a debugger) and stalled the run"),
+    ],
+    ids=["SIGKILL-4-stages", "SIGSTOP"],
+)
+def test_a16_the_signalled_rank_is_named(faulty_registry, tmp_path, monkeypatch, tally, sig, stages, expected):
+    """Issue 12, A16: with 4 stages a SIGKILLed rank 1 was reported as "rank 0 died (signal 15)" (a rank
+    torchrun terminated itself), and a SIGSTOPped rank 1 as "died (signal 9)" (torchrun's final kill)."""
+    from suite.pipeline.errors import RunError
+    from suite.pipeline.runtime import run
+
+    marker = uuid.uuid4().hex
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    monkeypatch.setenv(MARKER_ENV, marker)
+    monkeypatch.setenv("MPCBENCH_FAULT_PID_DIR", str(pid_dir))
+    outcome: dict[str, BaseException] = {}
+
+    def target() -> None:
+        try:
+            run(_config(stages))
+        except BaseException as e:  # noqa: BLE001 - handed to the test thread
+            outcome["error"] = e
+
+    with tally.fault("distributed", f"{sig.name} of rank 1 of a {stages}-stage torchrun cell: the message names it"):
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        pid_file = pid_dir / "rank1.pid"
+        assert wait_until(lambda: pid_file.exists() or not thread.is_alive(), timeout=240)
+        assert pid_file.exists(), f"rank 1 never reached step 1: {outcome.get('error')!r}"
+        pid = int(pid_file.read_text())
+        os.kill(pid, sig)
+        thread.join(timeout=COMM_TIMEOUT_S + 120)
+        if sig == signal.SIGSTOP and thread.is_alive():
+            os.kill(pid, signal.SIGKILL)
+        assert not thread.is_alive(), "the run did not end"
+        err = outcome.get("error")
+        assert isinstance(err, RunError), repr(err)
+        assert "\n" not in str(err) and str(err).startswith(expected), str(err)
         assert wait_until(lambda: not processes_with_env(MARKER_ENV, marker), timeout=15), "orphaned processes"
 
 

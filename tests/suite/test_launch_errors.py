@@ -21,7 +21,7 @@ from suite.pipeline.launch import _Agent, _absolute_plugins, _failure_line
         # a silent death is named from torchrun's summary, followed by the peer's view
         ({"rank0": "rank 0 (stage 0, replica 0): TransportError: receiving from rank 1 failed (peer died or stalled?): closed"},
          "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 7)\n",
-         "rank 1 died (signal 9) without a Python error; then rank 0"),
+         "rank 1 died (signal 9) without a Python error (SIGKILL); then rank 0"),
         ({}, "Traceback...\nImportError: no module named foo\n", "ImportError: no module named foo"),
     ],
 )
@@ -52,3 +52,31 @@ def test_plugin_paths_are_made_absolute_for_the_workers(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = _absolute_plugins(CellConfig(task="tiny", plugins=("plug.py", "some.module")))
     assert cfg.plugins == (str(tmp_path / "plug.py"), "some.module")
+
+
+# issue 12, A16: torchrun's summary of a 4-stage cell whose rank 1 was SIGKILLed lists the survivors it
+# SIGTERMed itself, rank 0 first; the message named "rank 0 died (signal 15)"
+FOUR_STAGE_KILL = "".join(
+    f"[{i}]:\n  rank      : {r} (local_rank: {r})\n  exitcode  : {c} (pid: {100 + r})\n" for i, (r, c) in enumerate([(0, -15), (1, -9), (2, -15), (3, -15)])
+)
+
+
+def test_a16_the_sigkilled_rank_is_named_not_a_rank_torchrun_terminated(tmp_path):
+    (tmp_path / "errors").mkdir()
+    (tmp_path / "torchrun.log").write_text("Root Cause (first observed failure):\n" + FOUR_STAGE_KILL)
+    agent = _Agent("torchrun", [], {}, tmp_path, proc=SimpleNamespace(returncode=1))
+    msg = _failure_line([agent], agent, [])
+    assert msg.startswith("torchrun run failed: rank 1 died (signal 9) without a Python error (SIGKILL)"), msg
+
+
+def test_a16_a_stopped_rank_is_named_as_stalled_not_as_killed(tmp_path):
+    """SIGSTOP: the peers time out, then torchrun SIGKILLs the stopped rank (exit -9), which read as a crash."""
+    (tmp_path / "errors").mkdir()
+    (tmp_path / "errors" / "rank0.txt").write_text(
+        "rank 0 (stage 0, replica 0): TransportError: rank 0: receiving from rank 1 failed (peer died or stalled?): timed out\n"
+    )
+    (tmp_path / "torchrun.log").write_text("[0]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 7)\n")
+    agent = _Agent("torchrun", [], {}, tmp_path, proc=SimpleNamespace(returncode=1), stopped={"1": 12.0})
+    msg = _failure_line([agent], agent, [])
+    assert msg.startswith("torchrun run failed: rank 1 was stopped (SIGSTOP or a debugger) and stalled the run"), msg
+    assert "died (signal 9)" not in msg and "\n" not in msg
