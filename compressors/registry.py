@@ -13,13 +13,15 @@ The spec parser and the plugin loader live in :mod:`compressors.spec` and
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.metadata
+import importlib.util
 import inspect
 import sys
 import typing
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 from .api import Compressor, CompressorError, did_you_mean
 from .plugins import (
@@ -37,6 +39,7 @@ from .spec import Spec, parse_spec, spec_names
 __all__ = [
     "register",
     "build",
+    "private_plugin_modules",
     "parse_spec",
     "canonical_spec",
     "available",
@@ -57,6 +60,11 @@ __all__ = [
 
 _REGISTRY: dict[str, type[Compressor]] = {}
 _PLUGIN_ERRORS: dict[str, str] = {}  # entry-point name -> one-line import error
+# Private plugin module copies (see private_plugin_modules): the realm build() is in, and the
+# copies made so far, (realm, module name) -> module. Built-in compressors are never copied.
+_REALM: list[Any] = [None]
+_COPIES: dict[tuple[Any, str], Any] = {}
+_COPYING = [False]  # register() is a no-op while a copy's module body runs
 _DISCOVERED = False
 C = TypeVar("C", bound=type[Compressor])
 
@@ -71,6 +79,9 @@ def register(name: str) -> Callable[[C], C]:
         raise CompressorError(f"register({name!r}): a compressor name must be a Python identifier")
 
     def deco(cls: C) -> C:
+        if _COPYING[0]:  # a private copy of a registered module (private_plugin_modules): not a new class
+            cls.name = name
+            return cls
         if not (isinstance(cls, type) and issubclass(cls, Compressor)):
             raise CompressorError(f"register({name!r}): {cls!r} must subclass compressors.Compressor")
         other = _REGISTRY.get(name)
@@ -134,11 +145,62 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
+@contextlib.contextmanager
+def private_plugin_modules(realm: Any) -> Iterator[None]:
+    """Inside this block :func:`build` makes plugin compressors from ``realm``'s own copy of their
+    module: the module file is executed once more into a module object that only this realm sees.
+
+    Single-process pipeline mode builds each stage's compressors in the stage's realm, as torchrun
+    gives each stage its own process: module globals, class attributes and closures of a plugin are
+    then never shared between the sender and the receiver of a link, so a plugin cannot pass the
+    tensor to its receiver through them and send one byte (issue 12, attack A9). Built-in
+    compressors (``compressors.*``) are trusted and not copied. What a copy does not separate:
+    state the plugin puts in other modules (``builtins``, ``sys``, ``torch``), files or sockets;
+    submitted plugins are run and verified in torchrun mode for that reason (docs/reliability.md).
+    """
+    previous = _REALM[0]
+    _REALM[0] = realm
+    try:
+        yield
+    finally:
+        _REALM[0] = previous
+
+
+def _in_realm(cls: type[Compressor]) -> type[Compressor]:
+    """``cls`` itself, or the same class from the current realm's private copy of its module."""
+    realm = _REALM[0]
+    module = sys.modules.get(cls.__module__)
+    path = getattr(module, "__file__", None)
+    if realm is None or cls.__module__.split(".")[0] == "compressors" or not path:
+        return cls
+    key = (realm, cls.__module__, id(module))  # a reloaded plugin module gets fresh copies
+    copy = _COPIES.get(key)
+    if copy is None:
+        package = getattr(getattr(module, "__spec__", None), "submodule_search_locations", None)
+        spec = importlib.util.spec_from_file_location(cls.__module__, path, submodule_search_locations=package)
+        if spec is None or spec.loader is None:
+            return cls
+        copy = importlib.util.module_from_spec(spec)  # not put in sys.modules: nobody else can reach it
+        _COPYING[0] = True
+        try:
+            spec.loader.exec_module(copy)
+        finally:
+            _COPYING[0] = False
+        _COPIES[key] = copy
+    obj: Any = copy
+    for part in cls.__qualname__.split("."):
+        obj = getattr(obj, part, None)
+    if not (isinstance(obj, type) and issubclass(obj, Compressor)):
+        raise CompressorError(f"{cls.name}: the private copy of module {cls.__module__} has no class {cls.__qualname__}")
+    return obj
+
+
 def get_class(name: str) -> type[Compressor]:
-    """The class registered as ``name``; unknown names raise an error listing valid ones."""
+    """The class registered as ``name`` (inside :func:`private_plugin_modules`: from the realm's copy of
+    a plugin's module); unknown names raise an error listing valid ones."""
     discover()
     if name in _REGISTRY:
-        return _REGISTRY[name]
+        return _in_realm(_REGISTRY[name])
     if name in _PLUGIN_ERRORS:
         raise CompressorError(_PLUGIN_ERRORS[name])
     raise CompressorError(

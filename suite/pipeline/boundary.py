@@ -41,8 +41,6 @@ from torch import Tensor
 
 from compressors.api import Compressor, CompressorError, Payload, TensorInfo, TensorRole
 from compressors.builtins.baseline import NoCompression
-from compressors.registry import build
-from compressors.spec import Spec
 
 from .accounting import boundary_key
 from .timing import Clock
@@ -201,7 +199,8 @@ class _End:
         if check_consistency:
             for comp, spec in ((self.fwd, forward_spec), (self.bwd, backward_spec)):
                 if not comp.differentiable:
-                    with _other_rng(device, derive_seed(seed, boundary, str(spec), "twin")):
+                    # the twin also gets its own copy of the plugin's module: it cannot read the sender's globals
+                    with _other_rng(device, derive_seed(seed, boundary, str(spec), "twin")), private_plugin_modules(("twin", boundary)):
                         self.twins[id(comp)] = build(spec)
 
     def compressors(self) -> list[Compressor]:

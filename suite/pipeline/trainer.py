@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import torch
 
+from compressors.registry import private_plugin_modules
 from tasks import Batch, build_task, get_task_class
 
 from .accounting import ByteMeter
@@ -110,9 +111,13 @@ def train(
     for s in placement.stages:
         clock = Clock(device)
 
-        def end(cls, b: int, peer_stage: int):
-            e = cls(b, plan.spec("forward", b), plan.spec("backward", b), transport,
-                    placement.rank(peer_stage), device, cfg.seed, clock, cfg.check_consistency)  # fmt: skip
+        def end(cls, b: int, peer_stage: int, s: int = s):
+            # one process holding several stages: each stage gets its own copy of every plugin module,
+            # as under torchrun, so a link's sender and receiver share no module state (issue 12, A9)
+            realm = ("stage", s) if len(placement.stages) > 1 else None
+            with private_plugin_modules(realm):
+                e = cls(b, plan.spec("forward", b), plan.spec("backward", b), transport,
+                        placement.rank(peer_stage), device, cfg.seed, clock, cfg.check_consistency)  # fmt: skip
             for c in e.compressors() + e.twin_compressors():  # twins: consistency check only
                 c.bind(features)
                 c.to(device)
