@@ -505,7 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mpcbench",
         description="Benchmark compressors of activations and gradients in pipeline- and data-parallel training.",
     )
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{list,run,links,check,submit,report,validate}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="{list,run,links,check,submit,report,validate,verify}")
 
     p = sub.add_parser("list", help="list compressors, tasks and tiers")
     p.add_argument("what", nargs="*", choices=["compressors", "tasks", "tiers"], help="what to list (default: all)")
@@ -565,6 +565,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check results files, records/<entry>/ folders or a matrix YAML")
     p.add_argument("path", nargs="+")
     p.set_defaults(func=cmd_validate)
+
+    from .verify import add_parser as add_verify  # stdlib-only at import: --help stays instant
+
+    add_verify(sub)
     return ap
 
 
@@ -579,6 +583,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .store import StoreError
 
         errors += (ConfigError, CompressorError, StoreError)
+    from .verify import VerifyError  # stdlib only
+
+    errors += (VerifyError,)
 
     if getattr(args, "results", "") is None:
         args.results = [DEFAULT_STORE]
