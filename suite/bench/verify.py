@@ -53,14 +53,20 @@ K_SPREAD = 3.0  # re-run within 3 standard deviations of a difference of two see
 BYTES_RTOL = 0.01  # across machines: data-dependent payload sizes follow the values
 RECORD_TAG = "MPCBENCH_VERIFY_RECORD "
 # Runs one cell in a code tree of any version (before and after the suite/ split); prints its record.
+# The layout is read from the tree's files, not by trying imports: an editable install of another
+# checkout would answer an import the tree cannot (its finder maps missing subpackages elsewhere).
 RUNNER = f"""
-import json, sys
-try:
+import json, os, sys
+tree = os.getcwd()
+if os.path.exists(os.path.join(tree, "suite", "bench", "cell.py")):
     from suite.bench.cell import run_cell
     from suite.pipeline.config import CellConfig
-except ImportError:
+else:
     from suite.cell import run_cell
     from suite.config import CellConfig
+for f in (sys.modules[run_cell.__module__].__file__, sys.modules[CellConfig.__module__].__file__):
+    if not os.path.realpath(f).startswith(os.path.realpath(tree) + os.sep):
+        sys.exit("the re-run would import " + f + ", outside the recorded code's tree")
 cfg = CellConfig.from_dict(json.load(open(sys.argv[1])))
 rec = run_cell(cfg, log_dir=sys.argv[2])
 print({RECORD_TAG!r} + json.dumps(rec), flush=True)
@@ -215,6 +221,8 @@ def compare(old: dict[str, Any], new: dict[str, Any], *, exact: bool, std: float
     """(status, one-line detail) of a re-run ``new`` against the recorded ``old`` (module docstring)."""
     if new.get("status") != "ok":
         return "rerun failed", f"the re-run ended {new.get('status')}: {new.get('error')}"
+    if new.get("cell_key") != old.get("cell_key"):
+        return "mismatch", f"the recorded config gives cell key {new.get('cell_key')}, the record says {old.get('cell_key')}"
     bo, bn = _bytes(old), _bytes(new)
     qo, qn = float(old["final_metric"]), float(new["final_metric"])
     if exact:
