@@ -335,7 +335,9 @@ def _flatten(r: dict[str, Any], details: bool = True) -> dict[str, Any]:
         load_15m=load_15m,
         cpu_count=_num(machine.get("cpu_affinity")) if _pos_int(machine.get("cpu_affinity")) else _num(machine.get("cpu_count")),
         code_version=(git + ("+dirty" if prov.get("git_dirty") is True else "")) if git else "",
-        maintainers=row["entry"] == MAINTAINERS or info.get("maintainers") is True,
+        # the loader's ownership mark (leaderboard.submissions: is_maintainer); records built by hand: the name
+        maintainers=r["is_maintainer"] is True if "is_maintainer" in r else row["entry"] == MAINTAINERS,
+        verification=_str(info.get("verification")),  # verified / not verified / failed ("" outside records/)
         compressor_label=_spec_label(_dict(r.get("specs_resolved")), compressor),
         eval_samples=_num(run.get("eval_samples")),
         timing_inputs=json.dumps(timing, separators=(",", ":")) if isinstance(timing, dict) else "",

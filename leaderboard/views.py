@@ -247,6 +247,9 @@ def _fmt(v: float, spec: str = ".4g", suffix: str = "") -> str:
     return f"{v:{spec}}{suffix}"
 
 
+VERIFICATION_LABELS = {"verified": "✓ verified", "failed": "✗ failed verification", "not verified": "not verified"}
+
+
 def display_table(
     ranked: pd.DataFrame,
     *,
@@ -324,6 +327,8 @@ def display_table(
         n_warn = r.get("n_warnings")
         n_warn = int(n_warn) if isinstance(n_warn, (int, float)) and not math.isnan(n_warn) else 0
         row["warnings"] = f"⚠ {n_warn}" if n_warn else ""
+        # `mpcbench verify` re-ran sampled cells of the entry (records/<entry>/verification.json)
+        row["verified"] = VERIFICATION_LABELS.get(r.get("verification") or "", "")
         rows.append(row)
     table = pd.DataFrame(rows)
     ttt = f"time-to-target @ {network}"
@@ -332,6 +337,8 @@ def display_table(
         cols.remove(ttt)
         cols.insert(cols.index("Δ vs none") + 1, ttt)
         table = table[cols]
+    if "verified" in table and not table["verified"].astype(bool).any():
+        table = table.drop(columns="verified")  # no row came from a records/ entry
     for col in ("failed", "warnings"):
         if col in table and not table[col].astype(bool).any():
             table = table.drop(columns=col)  # nothing to flag here: no empty column

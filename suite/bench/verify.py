@@ -236,6 +236,8 @@ def compare(old: dict[str, Any], new: dict[str, Any], *, exact: bool, std: float
         if abs(a - b) > BYTES_RTOL * max(a, b, 1):
             return "mismatch", f"{d} wire bytes differ by more than {BYTES_RTOL:.0%}: recorded {a}, re-run {b}"
     tol = K_SPREAD * math.sqrt(2) * std
+    if qo == qn and bo == bn:
+        return "within spread", f"identical {old['metric_name']} {qn!r} and wire bytes, though exactness was not required ({why})"
     if abs(qo - qn) > tol:
         return "mismatch", f"{old['metric_name']} recorded {qo:.4f}, re-run {qn:.4f}: |diff| {abs(qo - qn):.4f} > {tol:.4f} ({why})"
     return "within spread", f"{old['metric_name']} recorded {qo:.4f}, re-run {qn:.4f}: |diff| {abs(qo - qn):.4f} <= {tol:.4f} ({why})"

@@ -231,3 +231,23 @@ def test_verification_status_follows_the_results_files(tmp_path, lb):
     (d / "verification.json").write_text("{not json")
     assert submissions.verification_status(d) == "not verified"
     os.remove(d / "verification.json")
+
+
+# --------------------------------------------------------------------------- A7: forged baselines
+def test_a7_forged_none_records_never_become_another_entrys_baseline(tmp_path, lb):
+    """An entry that commits two forged `none` records (accuracy 0.9, more seeds than the maintainers') became
+    other entries' baseline and moved their deltas from -0.10 to -0.66. Deltas now compare an entry with its own
+    `none` cells or the maintainers' baseline (marked by the loader, from the folder: is_maintainer)."""
+    maint = [lb.make_record("cifar10", "none", 0)]
+    lb.write_entry(tmp_path, "mpcbench-baselines", maint)
+    forged = [{**lb.make_record("cifar10", "none", s, record_id=f"forged-{s}"), "final_metric": 0.9} for s in (1, 2)]
+    lb.write_entry(tmp_path, "0-forger", forged)
+    lb.write_entry(tmp_path, "victim", [lb.make_record("cifar10", "fp16", 0, record_id="victim-0")])
+    records, problems = load_entries(tmp_path)
+    assert problems == []
+    agg = aggregate(to_frame(records))
+    victim = agg[agg["entry"] == "victim"].iloc[0]
+    assert victim["baseline_entry"] == "mpcbench-baselines"
+    assert victim["delta"] == pytest.approx(victim["metric_mean"] - maint[0]["final_metric"])
+    forger = agg[(agg["entry"] == "0-forger")].iloc[0]
+    assert forger["maintainers"] is False or not forger["maintainers"]
