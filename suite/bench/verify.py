@@ -51,7 +51,7 @@ __all__ = ["CellCheck", "VerifyError", "compare", "sample_records", "verify_entr
 
 K_SPREAD = 3.0  # re-run within 3 standard deviations of a difference of two seeds
 BYTES_RTOL = 0.01  # across machines: data-dependent payload sizes follow the values
-RECORD_TAG = "MPCBENCH_VERIFY_RECORD "
+RECORD_TAG = "mpcbench-verify-record: "
 # Runs one cell in a code tree of any version (before and after the suite/ split); prints its record.
 # The layout is read from the tree's files, not by trying imports: an editable install of another
 # checkout would answer an import the tree cannot (its finder maps missing subpackages elsewhere).
