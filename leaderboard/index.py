@@ -108,6 +108,24 @@ def _load_source(kind: str, path: str, sig: list[Any]) -> tuple[pd.DataFrame, li
     return frame, problems
 
 
+def _drop_copies(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[Problem]]:
+    """The entry rows of each records folder without copies of another entry's records
+    (:func:`leaderboard.submissions.copies_to_drop`)."""
+    entries = frame[frame["_key"].str.startswith("entry:")]
+    problems: list[Problem] = []
+    drop: set[tuple[str, str]] = set()
+    maint = entries["maintainers"] if "maintainers" in entries else pd.Series(False, index=entries.index)
+    for root, g in entries.groupby(entries["source"].map(lambda s: str(Path(s).parent))):
+        rows = zip(g["record_id"], g["entry"], maint.loc[g.index].astype(bool), [""] * len(g))
+        d, probs = submissions.copies_to_drop(root, rows)
+        drop |= d
+        problems += probs
+    if not drop:
+        return frame, problems
+    keep = [(e, r) not in drop or not k.startswith("entry:") for e, r, k in zip(frame["entry"], frame["record_id"], frame["_key"])]
+    return frame[keep], problems
+
+
 def _write_atomic(path: Path, write) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     os.close(fd)
@@ -166,8 +184,11 @@ def load_index(
         frame = frame.sort_values("_key", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
         committed = set(frame.loc[frame["_key"].str.startswith("entry:"), "record_id"])
         frame = frame[frame["_key"].str.startswith("entry:") | ~frame["record_id"].isin(committed)]
-    frame = frame.drop(columns=["_key"], errors="ignore").reset_index(drop=True)
     problems = [Problem(p, r) for k in keys for p, r in manifest["sources"].get(k, {}).get("problems", [])]
+    if len(frame):  # a record_id in several entries stays with the entry that committed it (issue 12, A6)
+        frame, copy_problems = _drop_copies(frame)
+        problems += copy_problems
+    frame = frame.drop(columns=["_key"], errors="ignore").reset_index(drop=True)
     return Index(frame, problems, path, [c[2] for c in changed])
 
 

@@ -72,6 +72,7 @@ __all__ = [
     "MAINTAINER_ENTRIES",
     "VERIFICATION_FILE",
     "verification_status",
+    "copies_to_drop",
 ]
 
 MAX_FILE_BYTES = 32 * 2**20  # a results file; a quick-tier record is a few kB
@@ -550,36 +551,52 @@ def _first_commit_times(root: Path, names: Iterable[str]) -> dict[str, int]:
     return out
 
 
-def _resolve_copies(root: Path, records: list[dict[str, Any]], problems: list[Problem]) -> list[dict[str, Any]]:
-    """A ``record_id`` in several entries is one run claimed twice: keep it in the entry that had it
-    first, the maintainers' entry before any other, then the entry git added first, then the
-    earlier entry.yaml date; the other entries' copies are dropped with a problem naming both.
-    Never by folder name: an entry called ``0-attacker`` gains nothing by sorting first."""
+def copies_to_drop(
+    root: str | Path, rows: Iterable[tuple[str, str, bool, str]]
+) -> tuple[set[tuple[str, str]], list[Problem]]:
+    """Which (entry, record_id) pairs are copies of another entry's record, and one problem per copying entry.
+
+    ``rows``: (record_id, entry, is_maintainer, entry date) of every loaded record under ``root``. A
+    ``record_id`` in several entries is one run claimed twice: it stays with the maintainers' entry,
+    else the entry git added first (the repository's own order), else the earlier entry.yaml date;
+    never by folder name (an entry called ``0-attacker`` gains nothing by sorting first)."""
+    root = Path(root)
     owners: dict[str, set[str]] = {}
-    for r in records:
-        owners.setdefault(r["record_id"], set()).add(r["entry"])
+    info: dict[str, tuple[bool, str]] = {}
+    for rid, entry, maint, date in rows:
+        owners.setdefault(rid, set()).add(entry)
+        info[entry] = (bool(maint), date or "")
     clashing = {e for es in owners.values() if len(es) > 1 for e in es}
     if not clashing:
-        return records
+        return set(), []
     first_commit = _first_commit_times(root, sorted(clashing))
-    info = {r["entry"]: r for r in records}
 
     def seniority(entry: str) -> tuple:
-        r = info[entry]
-        return (not r["is_maintainer"], first_commit.get(entry, float("inf")), r["entry_info"].get("date", ""), entry)
+        maint, date = info[entry]
+        return (not maint, first_commit.get(entry, float("inf")), date, entry)
 
-    kept, dropped = [], {}
-    for r in records:
-        es = owners[r["record_id"]]
-        owner = min(es, key=seniority) if len(es) > 1 else r["entry"]
-        if r["entry"] == owner:
-            kept.append(r)
-        else:
-            dropped.setdefault((r["entry"], owner), []).append(r["record_id"])
-    for (entry, owner), ids in dropped.items():
-        problems.append(Problem(str(root / entry), f"duplicate record_id: {len(ids)} record(s) copied from entry {owner!r} ("
-                                                   f"e.g. {ids[0]!r}) were dropped: a record belongs to the entry that committed it first"))  # fmt: skip
-    return kept
+    drop: set[tuple[str, str]] = set()
+    by_pair: dict[tuple[str, str], list[str]] = {}
+    for rid, es in owners.items():
+        if len(es) > 1:
+            owner = min(es, key=seniority)
+            for e in sorted(es - {owner}):
+                drop.add((e, rid))
+                by_pair.setdefault((e, owner), []).append(rid)
+    problems = [
+        Problem(str(root / entry), f"duplicate record_id: {len(ids)} record(s) copied from entry {owner!r} (e.g. {sorted(ids)[0]!r}) "
+                                   "were dropped: a record belongs to the entry that committed it first")
+        for (entry, owner), ids in sorted(by_pair.items())
+    ]  # fmt: skip
+    return drop, problems
+
+
+def _resolve_copies(root: Path, records: list[dict[str, Any]], problems: list[Problem]) -> list[dict[str, Any]]:
+    """``records`` without the copies of other entries' records (:func:`copies_to_drop`)."""
+    rows = [(r["record_id"], r["entry"], r["is_maintainer"], r["entry_info"].get("date", "")) for r in records]
+    drop, probs = copies_to_drop(root, rows)
+    problems += probs
+    return [r for r in records if (r["entry"], r["record_id"]) not in drop]
 
 
 def load_entries(

@@ -362,6 +362,21 @@ def _terminal(df):
     return df.astype(str).map(plain).rename(columns=plain)
 
 
+def _linked_records(frame) -> list[dict[str, Any]]:
+    """Full records (from their source files) of the index rows that ran over a real or emulated link."""
+    from leaderboard.index import _scan  # noqa: PLC2701 - the index's own validated reader
+
+    if "measured_link_step_s" not in frame or "source" not in frame:
+        return []
+    linked = frame[frame["measured_link_step_s"].notna()]
+    out: list[dict[str, Any]] = []
+    for source, g in linked.groupby("source", sort=False):
+        p = Path(source)
+        files = sorted(f for f in p.iterdir() if f.suffix == ".jsonl") if p.is_dir() else [p]
+        out += list(_scan(files, set(g["record_id"])).values())
+    return out
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -419,8 +434,8 @@ def cmd_report(args: argparse.Namespace) -> int:
                 print(table.to_string(index=False))
     from .links import format_rows, link_rows
 
-    wanted = set(frame["record_id"])
-    if rows := link_rows(r for r in records if r.get("record_id") in wanted):  # runs over real or emulated links
+    records = _linked_records(frame)  # the index keeps scalars only: read back the runs over links
+    if rows := link_rows(records):  # runs over real or emulated links
         print("\nmeasured over links next to the network model (mpcbench links):")
         print("\n".join(plain(line) for line in format_rows(rows).splitlines()))
     failed = frame[(frame["status"] != "ok") & frame["latest"]]

@@ -251,3 +251,17 @@ def test_a7_forged_none_records_never_become_another_entrys_baseline(tmp_path, l
     assert victim["delta"] == pytest.approx(victim["metric_mean"] - maint[0]["final_metric"])
     forger = agg[(agg["entry"] == "0-forger")].iloc[0]
     assert forger["maintainers"] is False or not forger["maintainers"]
+
+
+def test_a6_the_report_index_drops_copies_too(tmp_path, lb):
+    """The page and the report read a cached index built entry by entry: copies are dropped there as well."""
+    from leaderboard.index import load_index
+
+    base = lb.make_records(tasks=("cifar10",), compressors=("none", "fp16"), seeds=(0,))
+    lb.write_entry(tmp_path / "records", "mpcbench-baselines", base)
+    lb.write_entry(tmp_path / "records", "0-attacker", base + [lb.make_record("cifar10", "quant(bits=4)", 0)])
+    index = load_index([], [str(tmp_path / "records")], index_dir=tmp_path / "index")
+    by_entry = index.frame.groupby("entry")["record_id"].apply(set).to_dict()
+    assert by_entry["mpcbench-baselines"] == {r["record_id"] for r in base}
+    assert len(by_entry["0-attacker"]) == 1
+    assert any("copied from entry 'mpcbench-baselines'" in p.reason for p in index.problems)
