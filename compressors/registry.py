@@ -191,7 +191,9 @@ def _in_realm(cls: type[Compressor]) -> type[Compressor]:
     for part in cls.__qualname__.split("."):
         obj = getattr(obj, part, None)
     if not (isinstance(obj, type) and issubclass(obj, Compressor)):
-        raise CompressorError(f"{cls.name}: the private copy of module {cls.__module__} has no class {cls.__qualname__}")
+        raise CompressorError(
+            f"{cls.name}: the private copy of module {cls.__module__} has no class {cls.__qualname__}"
+        )
     return obj
 
 

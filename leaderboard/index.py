@@ -122,7 +122,10 @@ def _drop_copies(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[Problem]]:
         problems += probs
     if not drop:
         return frame, problems
-    keep = [(e, r) not in drop or not k.startswith("entry:") for e, r, k in zip(frame["entry"], frame["record_id"], frame["_key"])]
+    keep = [
+        (e, r) not in drop or not k.startswith("entry:")
+        for e, r, k in zip(frame["entry"], frame["record_id"], frame["_key"])
+    ]
     return frame[keep], problems
 
 

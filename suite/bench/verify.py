@@ -135,10 +135,14 @@ def code_tree(commit: str | None, repo: Path, cache: dict[str, Path]) -> Iterato
         raise VerifyError(f"commit {commit[:12]} is not in this repository (git fetch it, or the code is unpublished)")
     if full not in cache:
         dest = Path(tempfile.mkdtemp(prefix=f"mpcbench-verify-{full[:12]}-"))
-        archive = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", full], capture_output=True, check=False)
+        archive = subprocess.run(
+            ["git", "-C", str(repo), "archive", "--format=tar", full], capture_output=True, check=False
+        )
         if archive.returncode != 0:
             shutil.rmtree(dest, ignore_errors=True)
-            raise VerifyError(f"git archive {full[:12]} failed: {archive.stderr.decode(errors='replace').strip()[:200]}")
+            raise VerifyError(
+                f"git archive {full[:12]} failed: {archive.stderr.decode(errors='replace').strip()[:200]}"
+            )
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
         cache[full] = dest
     yield cache[full]
@@ -164,7 +168,9 @@ def _config_for_rerun(record: dict[str, Any], entry_dir: Path, time_limit_s: flo
     return cfg
 
 
-def _rerun(record: dict[str, Any], tree: Path, commit: str, entry_dir: Path, time_limit_s: float, threads: int) -> dict[str, Any]:
+def _rerun(
+    record: dict[str, Any], tree: Path, commit: str, entry_dir: Path, time_limit_s: float, threads: int
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="mpcbench-verify-cell-") as tmp:
         cfg_path = Path(tmp) / "config.json"
         cfg_path.write_text(json.dumps(_config_for_rerun(record, entry_dir, time_limit_s)))
@@ -213,23 +219,33 @@ def _spread(record: dict[str, Any], entry_records: list[dict[str, Any]]) -> tupl
         return math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)), f"std of the entry's {len(xs)} seeds"
     measured = MEASURED_SPREAD.get((record["task"], record["tier"]))
     if measured is None:
-        raise VerifyError(f"no measured seed spread for {record['task']} / {record['tier']}: cannot compare across machines")
+        raise VerifyError(
+            f"no measured seed spread for {record['task']} / {record['tier']}: cannot compare across machines"
+        )
     return measured.seed_std, f"measured seed std of {record['task']} / {record['tier']}"
 
 
-def compare(old: dict[str, Any], new: dict[str, Any], *, exact: bool, std: float = math.nan, why: str = "") -> tuple[str, str]:
+def compare(
+    old: dict[str, Any], new: dict[str, Any], *, exact: bool, std: float = math.nan, why: str = ""
+) -> tuple[str, str]:
     """(status, one-line detail) of a re-run ``new`` against the recorded ``old`` (module docstring)."""
     if new.get("status") != "ok":
         return "rerun failed", f"the re-run ended {new.get('status')}: {new.get('error')}"
     if new.get("cell_key") != old.get("cell_key"):
-        return "mismatch", f"the recorded config gives cell key {new.get('cell_key')}, the record says {old.get('cell_key')}"
+        return (
+            "mismatch",
+            f"the recorded config gives cell key {new.get('cell_key')}, the record says {old.get('cell_key')}",
+        )
     bo, bn = _bytes(old), _bytes(new)
     qo, qn = float(old["final_metric"]), float(new["final_metric"])
     if exact:
         if bo != bn:
             return "mismatch", f"wire bytes differ: recorded {bo}, re-run {bn}"
         if qo != qn:
-            return "mismatch", f"{old['metric_name']} differs: recorded {qo!r}, re-run {qn!r} (same machine class, torch and code)"
+            return (
+                "mismatch",
+                f"{old['metric_name']} differs: recorded {qo!r}, re-run {qn!r} (same machine class, torch and code)",
+            )
         return "match", f"identical {old['metric_name']} {qn!r} and wire bytes"
     for d in set(bo) | set(bn):
         a, b = bo.get(d, 0), bn.get(d, 0)
@@ -237,10 +253,19 @@ def compare(old: dict[str, Any], new: dict[str, Any], *, exact: bool, std: float
             return "mismatch", f"{d} wire bytes differ by more than {BYTES_RTOL:.0%}: recorded {a}, re-run {b}"
     tol = K_SPREAD * math.sqrt(2) * std
     if qo == qn and bo == bn:
-        return "within spread", f"identical {old['metric_name']} {qn!r} and wire bytes, though exactness was not required ({why})"
+        return (
+            "within spread",
+            f"identical {old['metric_name']} {qn!r} and wire bytes, though exactness was not required ({why})",
+        )
     if abs(qo - qn) > tol:
-        return "mismatch", f"{old['metric_name']} recorded {qo:.4f}, re-run {qn:.4f}: |diff| {abs(qo - qn):.4f} > {tol:.4f} ({why})"
-    return "within spread", f"{old['metric_name']} recorded {qo:.4f}, re-run {qn:.4f}: |diff| {abs(qo - qn):.4f} <= {tol:.4f} ({why})"
+        return (
+            "mismatch",
+            f"{old['metric_name']} recorded {qo:.4f}, re-run {qn:.4f}: |diff| {abs(qo - qn):.4f} > {tol:.4f} ({why})",
+        )
+    return (
+        "within spread",
+        f"{old['metric_name']} recorded {qo:.4f}, re-run {qn:.4f}: |diff| {abs(qo - qn):.4f} <= {tol:.4f} ({why})",
+    )
 
 
 def check_cell(record: dict[str, Any], entry_dir: Path, entry_records: list[dict[str, Any]], repo: Path,
@@ -262,7 +287,9 @@ def check_cell(record: dict[str, Any], entry_dir: Path, entry_records: list[dict
         else:
             std, source = _spread(record, entry_records)
             check.mode = "spread"
-            check.status, check.detail = compare(record, new, exact=False, std=std, why=f"{source}; not exact: {why_not}")
+            check.status, check.detail = compare(
+                record, new, exact=False, std=std, why=f"{source}; not exact: {why_not}"
+            )
     except VerifyError as e:
         check.detail = str(e)
     except subprocess.TimeoutExpired:
@@ -291,7 +318,9 @@ def verify_entry(entry_dir: str | Path, *, sample: int = 1, seed: int = 0, time_
     try:
         for rec in sample_records(records, sample, seed):
             if progress:
-                progress(f"re-running {rec['cell_id']} at {str((rec.get('provenance') or {}).get('git_commit'))[:12]} ...")
+                progress(
+                    f"re-running {rec['cell_id']} at {str((rec.get('provenance') or {}).get('git_commit'))[:12]} ..."
+                )
             c = check_cell(rec, entry_dir, records, repo, trees, time_limit_s, threads)
             checks.append(c)
             if progress:
@@ -325,8 +354,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("entry", nargs="+", help="entry folder(s), e.g. records/mpcbench-baselines")
     p.add_argument("--sample", type=int, default=1, help="cells re-run per task (default 1)")
     p.add_argument("--seed", type=int, default=0, help="which cells are sampled (default 0)")
-    p.add_argument("--cell-timeout", type=float, default=3600.0, help="time limit of one re-run in seconds (default 3600)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per re-run (default 1, as the baselines were run)")
+    p.add_argument(
+        "--cell-timeout", type=float, default=3600.0, help="time limit of one re-run in seconds (default 3600)"
+    )
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch threads per re-run (default 1, as the baselines were run)"
+    )
     p.add_argument("--no-write", action="store_true", help="do not write <entry>/verification.json")
     p.set_defaults(func=cmd_verify)
 

@@ -41,6 +41,8 @@ from torch import Tensor
 
 from compressors.api import Compressor, CompressorError, Payload, TensorInfo, TensorRole
 from compressors.builtins.baseline import NoCompression
+from compressors.registry import build, private_plugin_modules
+from compressors.spec import Spec
 
 from .accounting import boundary_key
 from .timing import Clock
@@ -200,7 +202,8 @@ class _End:
             for comp, spec in ((self.fwd, forward_spec), (self.bwd, backward_spec)):
                 if not comp.differentiable:
                     # the twin also gets its own copy of the plugin's module: it cannot read the sender's globals
-                    with _other_rng(device, derive_seed(seed, boundary, str(spec), "twin")), private_plugin_modules(("twin", boundary)):
+                    twin_rng = _other_rng(device, derive_seed(seed, boundary, str(spec), "twin"))
+                    with twin_rng, private_plugin_modules(("twin", boundary)):
                         self.twins[id(comp)] = build(spec)
 
     def compressors(self) -> list[Compressor]:

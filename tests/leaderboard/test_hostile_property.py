@@ -16,7 +16,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,7 +27,9 @@ HOSTILE_SCALARS = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(10**30), max_value=10**30), st.floats(allow_nan=True, allow_infinity=True),
     TEXT, st.just("\x1b[2J# heading\n<script>x</script>"), st.just("9999-99-99"),
 )  # fmt: skip
-HOSTILE_VALUES = st.recursive(HOSTILE_SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3), max_leaves=6)
+HOSTILE_VALUES = st.recursive(
+    HOSTILE_SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3), max_leaves=6
+)
 FIELDS = ["final_metric", "seed", "created", "task", "compressor", "metric_name", "higher_is_better", "bytes",
           "bytes_per_step", "curve", "run", "time", "modeled", "provenance", "config", "status", "error", "record_id",
           "cell_key", "entry", "is_maintainer", "specs", "schema"]  # fmt: skip
@@ -75,12 +76,16 @@ def _render_everything(records, tmp: Path) -> None:
     agg = aggregate(frame)
     assert {"good-a", "good-b"} <= set(agg["entry"])
     store = tmp / "all.jsonl"
-    store.write_text("".join(json.dumps({k: v for k, v in r.items() if k not in ("entry_info",)}) + "\n" for r in records))
+    store.write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k not in ("entry_info",)}) + "\n" for r in records)
+    )
     for fmt in ("text", "markdown"):
         assert main(["report", "--records", str(tmp / "records"), "--format", fmt]) == 0
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(data=st.data())
 def test_hostile_entries_never_hide_or_break_good_ones(lb, capsys, data):
     tmp = Path(tempfile.mkdtemp(prefix="mpcbench-hyp-"))

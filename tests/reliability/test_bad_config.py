@@ -73,6 +73,9 @@ CLI_CASES = [
     # issue 12, A12: nan and inf silently disabled the cell time limit
     ("A12 time limit nan", ["--task", "tiny", "--cell-timeout", "nan"], "--cell-timeout must be a finite number of seconds in (0, 604800], got nan"),
     ("A12 time limit inf", ["--task", "tiny", "--cell-timeout", "inf"], "--cell-timeout must be a finite number of seconds in (0, 604800], got inf"),
+    # issue 12, A13: a 16-deep wrapper spec took over 120 s in --dry-run (each level doubled the work)
+    ("A13 16-deep wrapper spec", ["--task", "tiny", "--compressor", "ef(" * 16 + "topk(ratio=0.1)" + ")" * 16],
+     "nests 17 levels of parentheses; at most 8 are allowed"),
     # issue 12, A14: a billion seeds was built as a list (killed by the OOM killer)
     ("A14 a billion seeds", ["--task", "tiny", "--seeds", "1000000000"], "--seeds: '1000000000' asks for 1000000000 seeds; at most 1000 per run"),
     ("A14 a million-seed range", ["--task", "tiny", "--seeds", "0:1000000"], "--seeds: '0:1000000' asks for 1000000 seeds; at most 1000 per run"),

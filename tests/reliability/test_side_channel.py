@@ -11,8 +11,8 @@ nothing; torchrun already failed it.
 from __future__ import annotations
 
 import pytest
-
 from reliability_support import FAULTY, TINY
+
 from suite.pipeline.config import CellConfig, CompressionPlan
 
 
@@ -25,7 +25,9 @@ def _cfg(**kw) -> CellConfig:
 def test_a9_side_channel_plugin_fails_in_single_process_mode(faulty_registry, tally, check):
     from suite.pipeline.runtime import run
 
-    with tally.fault("side channel", f"module-global side channel, single mode{' + consistency check' if check else ''}"):
+    with tally.fault(
+        "side channel", f"module-global side channel, single mode{' + consistency check' if check else ''}"
+    ):
         with pytest.raises(Exception, match="nothing in the side channel") as info:
             run(_cfg(mode="single", check_consistency=check))
         assert "fault_side_channel" in str(info.value)

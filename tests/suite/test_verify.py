@@ -60,7 +60,9 @@ def test_a_commit_the_repository_lacks_cannot_verify(tmp_path):
 
 
 def _head_is_clean() -> bool:
-    r = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    r = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    )
     return r.returncode == 0 and not r.stdout.strip()
 
 
@@ -104,9 +106,15 @@ def test_verification_file_is_read_by_the_loader(tmp_path, monkeypatch):
     (entry / "results.jsonl").write_text("{}\n")
     (entry / "entry.yaml").write_text("name: e\nsubmitter: s\ndate: '2026-01-01'\n")
     monkeypatch.setattr("leaderboard.submissions.load_entry", lambda d: ([_rec()], []))
-    monkeypatch.setattr(verify, "check_cell", lambda rec, *a: verify.CellCheck(rec["cell_id"], rec["record_id"], "match", "same"))
+    monkeypatch.setattr(
+        verify, "check_cell", lambda rec, *a: verify.CellCheck(rec["cell_id"], rec["record_id"], "match", "same")
+    )
     report = verify.verify_entry(entry)
-    assert report["status"] == "verified" and json.loads((entry / "verification.json").read_text())["status"] == "verified"
+    assert (
+        report["status"] == "verified" and json.loads((entry / "verification.json").read_text())["status"] == "verified"
+    )
     assert verification_status(entry) == "verified"
-    monkeypatch.setattr(verify, "check_cell", lambda rec, *a: verify.CellCheck(rec["cell_id"], rec["record_id"], "mismatch", "no"))
+    monkeypatch.setattr(
+        verify, "check_cell", lambda rec, *a: verify.CellCheck(rec["cell_id"], rec["record_id"], "mismatch", "no")
+    )
     assert verify.verify_entry(entry)["status"] == "failed" and verification_status(entry) == "failed"
