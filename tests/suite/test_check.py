@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -124,9 +125,19 @@ def test_check_one_spec_and_a_plugin_that_does_not_import(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("runner", [["pytest"], [sys.executable, "-m", "pytest"]], ids=["pytest", "python -m pytest"])
+def _pytest_script() -> list[str]:
+    """The ``pytest`` command of this interpreter's environment (a venv may see the system's)."""
+    here = Path(sys.executable).with_name("pytest")
+    found = str(here) if here.exists() else shutil.which("pytest")
+    if not found:
+        pytest.skip("no pytest script on PATH")
+    return [found]
+
+
+@pytest.mark.parametrize("runner", ["pytest", "python -m pytest"])
 def test_generic_tests_run_on_a_file_plugin_with_plain_pytest(tmp_path, runner):
     """``pytest tests/compressors/test_roundtrip.py --plugin FILE`` from the checkout (plain ``pytest`` too)."""
+    runner = _pytest_script() if runner == "pytest" else [sys.executable, "-m", "pytest"]
     (tmp_path / "halfway.py").write_text(GOOD)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # as a fresh shell: only the ini's pythonpath
     r = subprocess.run([*runner, "tests/compressors/test_roundtrip.py", "-p", "no:cacheprovider", "-q",
