@@ -136,6 +136,11 @@ class Compressor:
         linear: True if payloads of several senders can be summed elementwise and
             decompressed once (sum of decompress == decompress of sum): data-parallel
             reduction then uses all-reduce instead of all-gather.
+        fixed_size: True if the payload's tensors (count, dtypes, shapes) follow from the
+            input's shape and dtype alone. The pipeline transport then sends each payload as
+            one message without a header after the first (the receiver knows the size) and
+            refuses, with an error naming the stream, a payload whose layout changed.
+            False (default): every payload is framed with its header (any size works).
     """
 
     name: ClassVar[str] = "?"  # set by @register
@@ -143,6 +148,7 @@ class Compressor:
     requires: ClassVar[frozenset[str]] = frozenset()
     differentiable: ClassVar[bool] = False
     linear: ClassVar[bool] = False
+    fixed_size: ClassVar[bool] = False
 
     spec: str = ""  # the canonical spec string it was built from (set by the registry)
 

@@ -17,6 +17,8 @@ class NoCompression(Compressor):
     Linear: payloads sum elementwise, so data-parallel reduction is a plain all-reduce.
     """
 
+    fixed_size = True  # payload layout follows from the input shape (one message per payload)
+
     linear = True
 
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:

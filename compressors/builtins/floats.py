@@ -25,6 +25,7 @@ _E4M3_MAX = 448.0
 
 
 class _Cast(Compressor):
+    fixed_size = True  # payload layout follows from the input shape (one message per payload)
     wire_dtype: torch.dtype
 
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:
@@ -69,6 +70,8 @@ class FP8(Compressor):
 
     Payload: (codes uint8 viewed from float8, scale fp32 scalar) = 1 byte per value + 4.
     """
+
+    fixed_size = True  # payload layout follows from the input shape (one message per payload)
 
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:
         xf = x.detach().float()

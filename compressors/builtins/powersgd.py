@@ -63,6 +63,8 @@ class PowerSGD(Compressor):
     Data parallel: :meth:`reduce` runs the paper's two all-reduce rounds (P, then Q).
     """
 
+    fixed_size = True  # payload layout follows from the input shape (one message per payload)
+
     def __init__(self, rank: int = 4, warm_start: bool = True):
         self.rank = check_range("powersgd", "rank", rank, 1, 1024, integer=True)
         if not isinstance(warm_start, bool):

@@ -81,6 +81,8 @@ class Quant(Compressor):
     ``codes`` holds ``ceil(numel * bits / 8)`` bytes (two 4-bit or four 2-bit codes per byte).
     """
 
+    fixed_size = True  # payload layout follows from the input shape (one message per payload)
+
     def __init__(self, bits: int = 8, scale: str = "row", block: int = 64, rounding: str = "nearest",
                  range: str = "minmax"):  # noqa: A002  (the spec parameter's name)
         self.bits = check_range("quant", "bits", bits, 1, 8, integer=True)
@@ -176,6 +178,8 @@ class QSGD(Compressor):
 
     Payload: ``(codes uint8, norms fp32 (buckets,))``.
     """
+
+    fixed_size = True  # payload layout follows from the input shape (one message per payload)
 
     def __init__(self, levels: int = 15, bucket: int = 128):
         self.levels = check_range("qsgd", "levels", levels, 1, 127, integer=True)

@@ -283,6 +283,8 @@ class RandomK(Compressor):
     Payload: ``(values (k,) in the input dtype,)``.
     """
 
+    fixed_size = True  # payload layout follows from the input shape (one message per payload)
+
     linear = True
 
     def __init__(self, ratio: float = 0.1, unbiased: bool = False):

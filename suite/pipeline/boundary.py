@@ -34,7 +34,7 @@ import hashlib
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Hashable, Iterator
 
 import torch
 from torch import Tensor
@@ -245,7 +245,18 @@ class _End:
             training=micro.training,
         )
 
-    def _send(self, payload: Payload, direction: str, shape, dtype, raw_shape=None, raw_dtype=None) -> None:
+    def _stream(self, comp: Compressor, direction: str, micro: Micro) -> Hashable | None:
+        """The fixed-size stream a message belongs to (None: variable size, framed every time).
+        Both ends derive it from what they both know before the message: the boundary (two may
+        join the same pair of ranks), the direction, which compressor (compressed or the plain
+        path) and the micro-batch's input shape."""
+        if not comp.fixed_size:
+            return None
+        inp = micro.batch_input
+        batch = tuple(inp.shape) if isinstance(inp, Tensor) else (None if micro.sample_ids is None else micro.sample_ids.numel())
+        return (self.boundary, direction, comp is self.plain_fwd or comp is self.plain_bwd, micro.training, batch)
+
+    def _send(self, payload: Payload, direction: str, shape, dtype, raw_shape=None, raw_dtype=None, stream=None) -> None:
         with self.clock.section("comm"):
             self.transport.send(
                 payload,
@@ -255,11 +266,12 @@ class _End:
                 dtype=dtype,
                 raw_nbytes=math.prod(raw_shape if raw_shape is not None else shape)
                 * (raw_dtype or dtype).itemsize,
+                stream=stream,
             )
 
-    def _recv(self) -> tuple[Payload, torch.Size, torch.dtype]:
+    def _recv(self, stream: Hashable | None = None) -> tuple[Payload, torch.Size, torch.dtype]:
         with self.clock.section("comm"):
-            return self.transport.recv(self.peer)
+            return self.transport.recv(self.peer, stream)
 
 
 class SenderEnd(_End):
@@ -278,15 +290,15 @@ class SenderEnd(_End):
             else:
                 with torch.no_grad():
                     payload = _check_payload(comp.compress(y.detach(), info), comp, info)
-        self._send(payload, "forward", y.shape, y.dtype)
+        self._send(payload, "forward", y.shape, y.dtype, stream=self._stream(comp, "forward", micro))
         if diff:
             return Sent(tuple(t for t in payload if _carries_grad(t)), True)
         return Sent((y,), False)
 
     def receive_gradient(self, sent: Sent, micro: Micro) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
         """(roots, grads) to backpropagate on this stage."""
-        payload, shape, dtype = self._recv()
         comp = self.bwd if micro.compressed else self.plain_bwd
+        payload, shape, dtype = self._recv(self._stream(comp, "backward", micro))
         info = self.info(TensorRole.ACTIVATION_GRAD, micro, shape, dtype)
         twin_input = self._twin_input(comp, payload)
         with self.clock.section("compress"), torch.no_grad():
@@ -310,8 +322,8 @@ class ReceiverEnd(_End):
     """Stage b+1's end of boundary b: receives activations, sends their gradients."""
 
     def receive_activation(self, micro: Micro) -> tuple[Tensor, Received]:
-        payload, shape, dtype = self._recv()
         comp = self.fwd if micro.compressed else self.plain_fwd
+        payload, shape, dtype = self._recv(self._stream(comp, "forward", micro))
         info = self.info(TensorRole.ACTIVATION, micro, shape, dtype)
         if self.differentiable(micro):
             leaves = tuple(t.requires_grad_() if _carries_grad(t) else t for t in payload)
@@ -336,4 +348,5 @@ class ReceiverEnd(_End):
         with self.clock.section("compress"), torch.no_grad():
             payload = _check_payload(comp.compress(g, info), comp, info)
         # raw bytes: the activation gradient an uncompressed pipeline would send
-        self._send(payload, "backward", g.shape, g.dtype, raw_shape=received.shape, raw_dtype=received.dtype)
+        self._send(payload, "backward", g.shape, g.dtype, raw_shape=received.shape, raw_dtype=received.dtype,
+                   stream=self._stream(comp, "backward", micro))  # fmt: skip

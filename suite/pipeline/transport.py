@@ -1,23 +1,34 @@
-"""Moving payloads between stages: one framed message per payload, bytes counted as sent.
+"""Moving payloads between stages: one message per fixed-size payload, bytes counted as sent.
 
-A payload (a tuple of tensors of any dtype and data-dependent shape) is framed into one
-contiguous uint8 buffer::
+Two ways a payload (a tuple of tensors) crosses the wire:
 
-    header (int32):  orig_dtype, orig_ndim, orig_dims...,      # the uncompressed tensor
-                     n_tensors, (dtype, ndim, dims...) * n      # the payload's tensors
-    body:            the payload tensors' bytes, concatenated
+* **framed** (variable-size payloads, and the first message of every fixed-size stream):
+  the payload is framed into one contiguous uint8 buffer::
 
-and sent as two tensors: an 8-byte int64 length prefix, then the buffer. The receiver
-needs nothing else (variable-size payloads such as threshold sparsification just work).
-The wire bytes of a message are exactly the sizes of those two tensors; the transport
-records them in the :class:`~suite.pipeline.accounting.ByteMeter` at the moment it hands them to
-the backend. A message is one transfer for the network model's per-message latency.
+      header (int32):  orig_dtype, orig_ndim, orig_dims...,      # the uncompressed tensor
+                       n_tensors, (dtype, ndim, dims...) * n      # the payload's tensors
+      body:            the payload tensors' bytes, concatenated
+
+  and sent as two messages: an 8-byte int64 length prefix, then the buffer. The receiver
+  needs nothing else (threshold sparsification, DGC: any size just works).
+* **fixed** (a *stream* whose layout the receiver already knows): the body only, one
+  message, received straight into a tensor of the known size. A stream is named by the
+  caller (the boundary: direction, compressed or not, the micro-batch's input shape) and is
+  used only for compressors that declare ``fixed_size`` (their payload layout follows from
+  the tensor's shape and dtype). Both ends cache the layout of the stream's first (framed)
+  message; the sender verifies every later payload against it and refuses a change with a
+  one-line error naming the stream. A payload of one contiguous tensor is sent as that
+  tensor (no copy); several tensors are concatenated into one buffer.
+
+The wire bytes of a message are exactly the sizes of the tensors handed to the backend; the
+transport records them, and the number of messages (``torch.distributed`` sends), in the
+:class:`~suite.pipeline.accounting.ByteMeter` at the moment it hands them over.
 
 :class:`DistTransport` uses ``torch.distributed.isend`` / ``recv`` (gloo on CPU, NCCL on
 GPU): sends are asynchronous (kept alive until :meth:`flush`) and receives block with the
 process group's timeout, so a dead or stalled peer becomes an error, not a hang.
 :class:`LocalTransport` connects stages of one process: it hands over private copies of
-the payload tensors and counts exactly the bytes the framing above would produce.
+the payload tensors and counts exactly the bytes and messages :class:`DistTransport` would.
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ from __future__ import annotations
 import collections
 import math
 import re
-from typing import Sequence
+from typing import Hashable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -35,7 +46,17 @@ from compressors.api import Payload
 
 from .accounting import ByteMeter
 
-__all__ = ["TransportError", "Transport", "LocalTransport", "DistTransport", "frame", "frame_nbytes", "unframe", "PREFIX_NBYTES"]
+__all__ = [
+    "TransportError",
+    "Transport",
+    "LocalTransport",
+    "DistTransport",
+    "Layout",
+    "frame",
+    "frame_nbytes",
+    "unframe",
+    "PREFIX_NBYTES",
+]
 
 PREFIX_NBYTES = 8
 _DTYPES: list[torch.dtype] = [
@@ -60,6 +81,22 @@ def _describe(dtype: torch.dtype, shape: Sequence[int]) -> list[int]:
     if any(d > _INT32_MAX for d in shape):
         raise TransportError(f"dimension of shape {tuple(shape)} exceeds int32 in the message header")
     return [_CODE[dtype], len(shape), *shape]
+
+
+Layout = tuple  # (orig shape, orig dtype, ((dtype, shape), ...) of the payload's tensors)
+
+
+def layout_of(payload: Payload, shape: Sequence[int], dtype: torch.dtype) -> Layout:
+    """What a receiver must know to receive ``payload`` without a header."""
+    return (tuple(shape), dtype, tuple((t.dtype, tuple(t.shape)) for t in payload))
+
+
+def _layout_nbytes(layout: Layout) -> int:
+    return sum(math.prod(shp) * dt.itemsize for dt, shp in layout[2])
+
+
+def _show(layout: Layout) -> str:
+    return ", ".join(f"{str(dt).replace('torch.', '')}{list(shp)}" for dt, shp in layout[2])
 
 
 def frame(payload: Payload, shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -126,17 +163,20 @@ def unframe(buf: Tensor) -> tuple[Payload, torch.Size, torch.dtype]:
 
 
 class Transport:
-    """Sends framed payloads to peers; records wire bytes in ``meter``.
+    """Sends payloads to peers; records wire bytes and messages in ``meter``.
 
     Peers are addressed by rank (global rank under torchrun; stage index in one process).
     """
 
-    # how a payload crosses the wire, for the network model (suite.results.network.PROTOCOLS)
-    PROTOCOL = "length_prefix"
+    # how a payload crosses the wire, for the network model (suite.results.network.PROTOCOLS):
+    # messages per payload as counted per link, receives posted when the action starts
+    PROTOCOL = "measured"
 
     def __init__(self, meter: ByteMeter, device: torch.device) -> None:
         self.meter = meter
         self.device = device
+        self._sent_layouts: dict[tuple[int, Hashable], Layout] = {}  # (dst, stream) -> layout
+        self._recv_layouts: dict[tuple[int, Hashable], Layout] = {}  # (src, stream) -> layout
 
     def send(
         self,
@@ -147,18 +187,42 @@ class Transport:
         shape: Sequence[int],
         dtype: torch.dtype,
         raw_nbytes: int | None = None,
+        stream: Hashable | None = None,
     ) -> int:
-        """Frame and send; ``key`` names the link for accounting, ``shape``/``dtype`` the
-        uncompressed tensor (its size is the raw bytes unless ``raw_nbytes`` is given).
-        Returns the wire bytes: the 8-byte length prefix plus the framed buffer."""
-        wire = PREFIX_NBYTES + self._deliver(payload, dst, shape, dtype)
+        """Send ``payload`` (standing for a tensor of ``shape``/``dtype``); ``key`` names the link
+        for accounting (raw bytes: the tensor's size unless ``raw_nbytes`` is given). ``stream``:
+        a fixed-size stream (see the module docstring), None for a variable-size payload.
+        Returns the wire bytes."""
+        if not isinstance(payload, tuple) or not all(isinstance(t, Tensor) for t in payload):
+            raise TransportError(f"a payload must be a tuple of tensors, got {type(payload).__name__}")
+        layout = layout_of(payload, shape, dtype) if stream is not None else None
+        known = self._sent_layouts.get((dst, stream)) if stream is not None else None
+        if known is None or layout is None:
+            wire, messages = PREFIX_NBYTES + self._deliver(payload, dst, shape, dtype), 2
+            if layout is not None and _layout_nbytes(layout) > 0:  # empty bodies keep the header
+                self._sent_layouts[(dst, stream)] = layout
+        elif known == layout:
+            wire, messages = self._deliver_body(payload, dst), 1
+        else:
+            raise TransportError(
+                f"{key}: the payload of fixed-size stream {stream!r} changed from [{_show(known)}] to "
+                f"[{_show(layout)}]; a compressor whose payload size varies must not declare fixed_size"
+            )
         raw = math.prod(shape) * dtype.itemsize if raw_nbytes is None else raw_nbytes
-        self.meter.record(key, raw, wire)
+        self.meter.record(key, raw, wire, messages)
         return wire
 
-    def recv(self, src: int) -> tuple[Payload, torch.Size, torch.dtype]:
+    def recv(self, src: int, stream: Hashable | None = None) -> tuple[Payload, torch.Size, torch.dtype]:
         """The next message from ``src``: (payload, original shape, original dtype)."""
-        raise NotImplementedError
+        known = self._recv_layouts.get((src, stream)) if stream is not None else None
+        if known is not None:
+            return self._receive_body(src, known), torch.Size(known[0]), known[1]
+        payload, shape, dtype = self._receive_framed(src)
+        if stream is not None:
+            layout = layout_of(payload, shape, dtype)
+            if _layout_nbytes(layout) > 0:
+                self._recv_layouts[(src, stream)] = layout
+        return payload, shape, dtype
 
     def ready(self, src: int) -> bool:
         """Whether a ``recv(src)`` would return without waiting for a peer in this process."""
@@ -168,7 +232,17 @@ class Transport:
         """Wait until every send issued so far has completed."""
 
     def _deliver(self, payload: Payload, dst: int, shape: Sequence[int], dtype: torch.dtype) -> int:
-        """Hand the message to the backend; return the framed buffer's size in bytes."""
+        """Hand the framed message to the backend; return the framed buffer's size in bytes."""
+        raise NotImplementedError
+
+    def _deliver_body(self, payload: Payload, dst: int) -> int:
+        """Hand the payload's bytes to the backend as one message; return their size."""
+        raise NotImplementedError
+
+    def _receive_framed(self, src: int) -> tuple[Payload, torch.Size, torch.dtype]:
+        raise NotImplementedError
+
+    def _receive_body(self, src: int, layout: Layout) -> Payload:
         raise NotImplementedError
 
 
@@ -197,11 +271,28 @@ class LocalTransport(Transport):
     def ready(self, src: int) -> bool:
         return bool(self._queues[(src, self.rank)])
 
-    def recv(self, src: int) -> tuple[Payload, torch.Size, torch.dtype]:
+    def _deliver_body(self, payload: Payload, dst: int) -> int:
+        copy = tuple(t.detach().to(self.device, copy=True).contiguous() for t in payload)
+        self._queues[(self.rank, dst)].append((copy, None, None))
+        return sum(t.numel() * t.element_size() for t in payload)
+
+    def _pop(self, src: int) -> tuple[Payload, torch.Size | None, torch.dtype | None]:
         q = self._queues[(src, self.rank)]
         if not q:
             raise TransportError(f"stage {self.rank}: no message from stage {src} (schedule bug)")
         return q.popleft()
+
+    def _receive_framed(self, src: int) -> tuple[Payload, torch.Size, torch.dtype]:
+        payload, shape, dtype = self._pop(src)
+        if shape is None:
+            raise TransportError(f"stage {self.rank}: expected a framed message from stage {src}, got a body (stream mismatch)")
+        return payload, shape, dtype
+
+    def _receive_body(self, src: int, layout: Layout) -> Payload:
+        payload, shape, _ = self._pop(src)
+        if shape is not None or layout_of(payload, layout[0], layout[1]) != layout:
+            raise TransportError(f"stage {self.rank}: message from stage {src} does not match its stream's layout")
+        return payload
 
     def pending(self) -> int:
         return sum(len(q) for q in self._queues.values())
@@ -222,7 +313,7 @@ class DistTransport(Transport):
         self._send_tensors(dst, (prefix, buf))
         return buf.numel()
 
-    def _send_tensors(self, dst: int, tensors: tuple[Tensor, Tensor]) -> None:
+    def _send_tensors(self, dst: int, tensors: tuple[Tensor, ...]) -> None:
         for t in tensors:
             try:
                 work = dist.isend(t, dst)
@@ -230,7 +321,40 @@ class DistTransport(Transport):
                 raise TransportError(f"rank {self.rank}: sending to rank {dst} failed: {_first_line(e)}") from e
             self._pending.append((work, t))  # the tensor must stay alive until the send completes
 
-    def recv(self, src: int) -> tuple[Payload, torch.Size, torch.dtype]:
+    def _deliver_body(self, payload: Payload, dst: int) -> int:
+        if len(payload) == 1:  # one tensor: sent as it is (contiguous), no frame buffer
+            t = payload[0].detach()
+            body = t if t.is_contiguous() else t.contiguous()
+        else:
+            body = torch.cat([t.detach().reshape(-1).view(torch.uint8) for t in payload])
+        self._send_tensors(dst, (body,))
+        return body.numel() * body.element_size()
+
+    def _receive_body(self, src: int, layout: Layout) -> Payload:
+        metas = layout[2]
+        try:
+            if len(metas) == 1:
+                dt, shp = metas[0]
+                out = torch.empty(shp, dtype=dt, device=self.device)
+                dist.recv(out, src)
+                return (out,)
+            buf = torch.empty(_layout_nbytes(layout), dtype=torch.uint8, device=self.device)
+            dist.recv(buf, src)
+        except Exception as e:  # noqa: BLE001
+            raise TransportError(
+                f"rank {self.rank}: receiving from rank {src} failed (peer died or stalled?): {_first_line(e)}"
+            ) from e
+        parts, off = [], 0
+        for dt, shp in metas:  # views where aligned, copies where a dtype needs alignment
+            n = math.prod(shp) * dt.itemsize
+            piece = buf[off : off + n]
+            if off % dt.itemsize:
+                piece = piece.clone()
+            parts.append(piece.view(dt).reshape(shp))
+            off += n
+        return tuple(parts)
+
+    def _receive_framed(self, src: int) -> tuple[Payload, torch.Size, torch.dtype]:
         try:
             prefix = torch.empty(1, dtype=torch.int64, device=self.device)
             dist.recv(prefix, src)

@@ -146,8 +146,10 @@ class StageCost:
 class Protocol:
     """How the transport moves one payload (see the module docstring).
 
-    messages: messages per payload; header_bytes: size of each message before the last;
-    post_ahead: the receiver posts an action's first receive when the previous action starts.
+    messages: messages per payload (0: as counted per link and direction in the step's
+    loads, rounded: 2 = a length prefix then the framed buffer, 1 = a fixed-size body);
+    header_bytes: size of each message before the last; post_ahead: the receiver posts an
+    action's first receive when the previous action starts.
     """
 
     name: str
@@ -159,6 +161,7 @@ class Protocol:
 PROTOCOLS: dict[str, Protocol] = {
     p.name: p
     for p in (
+        Protocol("measured", messages=0, header_bytes=8),  # the runtime today: see LinkLoad's message counts
         Protocol("length_prefix", messages=2, header_bytes=8),  # int64 length, then the framed buffer
         Protocol("single", messages=1),  # one message, receive posted when the action starts
         Protocol("preposted", messages=1, post_ahead=True),  # one message, receive posted one action ahead
@@ -168,7 +171,8 @@ PROTOCOLS: dict[str, Protocol] = {
 
 @dataclass(frozen=True)
 class LinkLoad:
-    """Per micro-batch traffic of one boundary (one pipeline replica): wire bytes and payloads."""
+    """Per micro-batch traffic of one boundary (one pipeline replica): wire bytes and messages
+    (``torch.distributed`` sends; version-1 records counted payloads)."""
 
     fwd_bytes: float
     bwd_bytes: float
@@ -307,6 +311,8 @@ class _Sim:
             link = self.load.links[min(src, dst)]
             nbytes = link.fwd_bytes if kind == "F" else link.bwd_bytes
             k, h = self.protocol.messages, self.protocol.header_bytes
+            if k == 0:
+                k = max(1, round(link.fwd_messages if kind == "F" else link.bwd_messages))
             if self._link(src, dst) is None:
                 k = 1
             sizes = [float(h)] * (k - 1) + [max(0.0, nbytes - h * (k - 1))]

@@ -54,35 +54,61 @@ def test_the_standalone_run_is_the_reference_loop_plus_evaluation(tiny_cell):
     assert [m for _, m in alone.curve] == pytest.approx([p.metric for p in piped.curve], abs=1e-6)
 
 
-def test_wire_bytes_equal_the_sizes_of_the_framed_messages(tiny_cell, monkeypatch):
-    sent: list[int] = []
-    orig = LocalTransport._deliver
+def test_wire_bytes_equal_the_sizes_of_the_messages_torchrun_would_send(tiny_cell, monkeypatch):
+    sent: list[int] = []  # bytes of every torch.distributed send DistTransport would make
+    framed, body = LocalTransport._deliver, LocalTransport._deliver_body
 
-    def spy(self, payload, dst, shape, dtype):
-        sent.append(PREFIX_NBYTES + frame(payload, shape, dtype, torch.device("cpu")).numel())  # what torchrun sends
-        return orig(self, payload, dst, shape, dtype)
+    def spy_framed(self, payload, dst, shape, dtype):
+        sent.extend([PREFIX_NBYTES, frame(payload, shape, dtype, torch.device("cpu")).numel()])  # length, buffer
+        return framed(self, payload, dst, shape, dtype)
 
-    monkeypatch.setattr(LocalTransport, "_deliver", spy)
+    def spy_body(self, payload, dst):
+        sent.append(sum(t.numel() * t.element_size() for t in payload))  # one message: the tensors' bytes
+        return body(self, payload, dst)
+
+    monkeypatch.setattr(LocalTransport, "_deliver", spy_framed)
+    monkeypatch.setattr(LocalTransport, "_deliver_body", spy_body)
     r = run(tiny_cell(plan={"forward": "fp8", "backward": "fixture_varsize"}, stages=3))
     assert sum(sent) == r.bytes["forward"].wire + r.bytes["backward"].wire + r.eval_bytes.wire
     assert r.bytes["forward"].messages + r.bytes["backward"].messages + r.eval_bytes.messages == len(sent)
     per_step = r.wire_bytes_by_step["backward"]
     assert len(set(per_step)) > 1  # the variable-size payload really varied
     assert sum(per_step) == r.bytes["backward"].wire
+    # fp8 is fixed-size: after each stream's first (framed) message, 512 codes + a 4-byte scale in one message
+    assert r.bytes["forward"].messages < 2 * 6 * 4 * 2 and 516 in sent
+    # fixture_varsize is not: every payload framed, two messages
+    assert r.bytes["backward"].messages == 2 * 6 * 4 * 2
 
     sent.clear()
     r = run(tiny_cell(plan="none", stages=2, eval_uncompressed=False))
-    messages = 6 * 4  # steps x micro-batches, one boundary
+    payloads = 6 * 4  # steps x micro-batches, one boundary: the first framed, the rest one body each
     for d in ("forward", "backward"):
-        assert (r.bytes[d].raw, r.bytes[d].wire, r.bytes[d].messages) == (messages * ACT_BYTES, messages * NONE_MSG, messages)
-    assert sum(sent) == 2 * messages * NONE_MSG + r.eval_bytes.wire
+        got = (r.bytes[d].raw, r.bytes[d].wire, r.bytes[d].messages)
+        assert got == (payloads * ACT_BYTES, NONE_MSG + (payloads - 1) * ACT_BYTES, 2 + (payloads - 1))
+    assert sum(sent) == r.bytes["forward"].wire + r.bytes["backward"].wire + r.eval_bytes.wire
+
+
+def test_a_fixed_size_compressor_whose_payload_changes_is_refused(tiny_cell, restore_registry):
+    @register("fixture_lying_fixed")
+    class Lying(Compressor):
+        fixed_size = True
+
+        def compress(self, x, info):
+            return (x.reshape(-1)[: 8 + info.step % 2],)  # size varies with the step
+
+        def decompress(self, payload, info):
+            return torch.zeros(info.shape, dtype=info.dtype)
+
+    with pytest.raises(Exception, match=r"fixed-size stream .* changed from \[float32\[8\]\] to \[float32\[9\]\]"):
+        run(tiny_cell(plan={"forward": "fixture_lying_fixed", "backward": "none"}, stages=2))
 
 
 def test_compress_warmup_steps_send_uncompressed(tiny_cell):
     r = run(tiny_cell(plan="fp8", stages=2, compress_warmup_steps=2))
     fwd = r.wire_bytes_by_step["forward"]
-    assert fwd[:2] == [4 * NONE_MSG] * 2
-    assert len(set(fwd[2:])) == 1 and fwd[2] < fwd[0] // 2  # fp8: 1 byte per value + scale
+    assert fwd[:2] == [NONE_MSG + 3 * ACT_BYTES, 4 * ACT_BYTES]  # uncompressed: framed once, then bodies
+    # fp8: 1 byte per value + scale; its stream's first message (step 2) carries the header
+    assert len(set(fwd[3:])) == 1 and fwd[3] < fwd[2] < fwd[0] // 2
     assert r.timing_inputs["warmup_steps"] == 2
 
 

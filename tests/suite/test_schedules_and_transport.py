@@ -159,7 +159,7 @@ def test_local_transport_counts_the_framed_size_and_hands_over_copies():
         assert t.send(p, 1, key="b0.forward", shape=(5, 3), dtype=torch.float32) == sizes[i]
     meter.evaluating = False
     c = meter.by_boundary()["b0.forward"]
-    assert c.wire == sum(sizes[:2]) and c.messages == 2 and c.raw == 2 * 60
+    assert c.wire == sum(sizes[:2]) and c.messages == 4 and c.raw == 2 * 60  # framed: length + buffer
     assert sizes[0] == PREFIX_NBYTES + 4 * 9 + 60
     assert meter.eval_totals().wire == sizes[2]
     assert meter.per_step("b0.forward", 5) == [0, 0, 0, sum(sizes[:2]), 0]
