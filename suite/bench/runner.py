@@ -127,6 +127,10 @@ def run_cells(
                     print(f"[{len(outcomes) + 1}/{len(cells)}] start    {cid}  (log: "
                           f"{log_path_for(cell.config, store.log_dir)}){eta.left()}", file=stream, flush=True)  # fmt: skip
                 record = run_cell(cell, log_dir=store.log_dir, runtime=runtime)
+                if cell.config.link is not None:  # a killed cell cannot remove its emulated hosts: its parent does
+                    from suite.pipeline.netns import sweep_leftovers
+
+                    sweep_leftovers()
                 store.append(record)
                 eta.finished(time.perf_counter() - t0)
                 o = CellOutcome(cell, record["status"], record.get("error"), record)
