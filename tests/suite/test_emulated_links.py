@@ -34,6 +34,12 @@ def cell(task: str, spec: str, plugins: tuple[str, ...] = (), **kw) -> CellConfi
     return CellConfig(task=task, tier="smoke", plan=CompressionPlan(spec, spec), plugins=plugins, **kw)
 
 
+def _ours(owner: int | None = None) -> list[str]:
+    """Namespaces and links left by runs owned by ``owner`` (default: this process)."""
+    tag = f"{owner or os.getpid():06x}"[-6:]
+    return [n for n in existing() if tag in n]
+
+
 def test_links_are_profiles_or_rates():
     assert parse_link("100Mbps").rate_bps == 100e6 and parse_link("100Mbps").profile_latency_s == 0.01
     assert parse_link("250mbit").rate_bps == 250e6 and parse_link("250mbit").profile_latency_s == 0.0
@@ -85,7 +91,7 @@ def test_over_100mbit_losses_equal_single_process_and_kernel_counts_the_wire_byt
     assert nodes[0]["wire_sent"] == nodes[1]["wire_received"] > over.bytes["forward"].wire  # + evaluation
     for n in nodes:  # headers and ACKs on top of the payload, within 3% per direction
         assert 1.0 <= n["tx_over_wire"] < 1.03 and 1.0 <= n["rx_over_wire"] < 1.03, n
-    assert existing() == []
+    assert _ours() == []
 
 
 @pytest.mark.netns
@@ -111,7 +117,7 @@ def test_four_nodes_over_1gbit_equal_single_process(tiny_task):
     assert over.losses == pytest.approx(single.losses, abs=1e-6)
     assert over.bytes_per_boundary == single.bytes_per_boundary
     assert over.network["hosts"] == 4 and len(over.network["kernel_bytes"]) == 4
-    assert existing() == []
+    assert _ours() == []
 
 
 @pytest.mark.netns
@@ -130,8 +136,8 @@ def test_shakespeare_over_100mbit_trains_like_single_process(spec):
     assert over.bytes_per_boundary == single.bytes_per_boundary
 
 
-def _agent_pids(node: int) -> list[int]:
-    """torchrun agents of emulated node ``node`` (their environment binds gloo to ``mpcbl...v<node>``)."""
+def _emulated_pids(node: int | None = None, tag: bytes = b"", program: bytes = b"") -> list[int]:
+    """Processes of emulated nodes: their environment binds gloo to ``mpcbl<tag>...v<node>``."""
     out = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -141,10 +147,15 @@ def _agent_pids(node: int) -> list[int]:
             cmd = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        gloo = [e for e in env if e.startswith(b"GLOO_SOCKET_IFNAME=mpcbl")]
-        if gloo and gloo[0].endswith(b"v%d" % node) and b"torch.distributed.run" in cmd:
+        gloo = [e for e in env if e.startswith(b"GLOO_SOCKET_IFNAME=mpcbl" + tag)]
+        if gloo and (node is None or gloo[0].endswith(b"v%d" % node)) and program in cmd:
             out.append(int(entry.name))
     return out
+
+
+def _gloo_iface(pid: int) -> bytes:
+    env = (Path("/proc") / str(pid) / "environ").read_bytes().split(b"\0")
+    return next(e for e in env if e.startswith(b"GLOO_SOCKET_IFNAME="))[len(b"GLOO_SOCKET_IFNAME=") :]
 
 
 @pytest.mark.netns
@@ -155,14 +166,18 @@ def test_killing_one_nodes_torchrun_ends_the_run_naming_it_and_leaves_nothing(tm
     cmd = [sys.executable, "-m", "suite", "run", "--task", "wide", "--plugin", WIDE, "--compressor", "none",
            "--no-baseline", "--link", "100Mbps", "--steps", "200", "--results", str(store), "--no-progress"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    before = set(_emulated_pids())  # other runs' processes (a concurrent run is not ours to judge)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 240
-        while not (agents := _agent_pids(1)) and time.monotonic() < deadline and proc.poll() is None:
+        mine = [p for p in _emulated_pids(1, program=b"torch.distributed.run") if p not in before]
+        while not mine and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
-        assert agents, "node 1's torchrun never started"
+            mine = [p for p in _emulated_pids(1, program=b"torch.distributed.run") if p not in before]
+        assert mine, "node 1's torchrun never started"
+        tag = _gloo_iface(mine[0])[len(b"mpcbl") : len(b"mpcbl") + 6]  # this run's owner id
         time.sleep(8)  # rendezvous done, training under way
-        os.kill(agents[0], signal.SIGKILL)
+        os.kill(mine[0], signal.SIGKILL)
         t0 = time.monotonic()
         out, _ = proc.communicate(timeout=150)  # within the failure timeout (comm_timeout_s = 120 s)
         took = time.monotonic() - t0
@@ -173,7 +188,7 @@ def test_killing_one_nodes_torchrun_ends_the_run_naming_it_and_leaves_nothing(tm
     assert proc.returncode == 1 and record["status"] == "failed", out.decode()
     assert "node 1" in record["error"] and "died" in record["error"] and "\n" not in record["error"]
     assert took < 60  # FAILURE_GRACE_S after the agent's death, plus clean-up
-    assert existing() == [] and _agent_pids(0) == [] and _agent_pids(1) == []
+    assert _ours(int(tag, 16)) == [] and _emulated_pids(tag=tag) == []  # no namespace, link, agent or worker
 
 
 @pytest.mark.distributed
