@@ -58,7 +58,9 @@ def main() -> int:
     net = PROFILES["1Gbps"]
     for name, r in (("alone", alone), ("with hog", loaded)):
         m = TimingInputs.from_dict(r["timing_inputs"]).measurement
-        print(f"{name:9s} measured step {r['time']['step_s'] * 1e3:7.1f} ms  load {m['loadavg']}  cpu/wall {m['cpu_per_wall']}  contended {m['contended']}")
+        print(
+            f"{name:9s} measured step {r['time']['step_s'] * 1e3:7.1f} ms  load {m['loadavg']}  cpu/wall {m['cpu_per_wall']}  contended {m['contended']}"
+        )
     print(f"measured step ratio (hog / alone): {loaded['time']['step_s'] / alone['time']['step_s']:.3f}")
     for stat in ("robust", "mean"):
         a = model_record(alone["timing_inputs"], net, stat)["step_s"]

@@ -45,12 +45,22 @@ def compare(result: dict, inputs: dict, net: NetworkProfile) -> dict:
     modeled = model_record(inputs, net, statistic="mean")["step_s"]
     m = measured_step_s(result)
     meas = TimingInputs.from_dict(result["timing_inputs"]).measurement
-    return {"measured_s": m, "modeled_s": modeled, "inputs": inputs, "ratio": m / modeled, "loadavg": meas.get("loadavg"), "cpu_per_wall": meas.get("cpu_per_wall")}
+    return {
+        "measured_s": m,
+        "modeled_s": modeled,
+        "inputs": inputs,
+        "ratio": m / modeled,
+        "loadavg": meas.get("loadavg"),
+        "cpu_per_wall": meas.get("cpu_per_wall"),
+    }
 
 
 def show(name: str, row: dict) -> None:
-    print(f"{name:24s} measured {row['measured_s'] * 1e3:7.1f} ms  modeled {row['modeled_s'] * 1e3:7.1f} ms  "
-          f"ratio {row['ratio']:.3f}  load {row['loadavg']}  cpu/wall {row['cpu_per_wall']}", flush=True)
+    print(
+        f"{name:24s} measured {row['measured_s'] * 1e3:7.1f} ms  modeled {row['modeled_s'] * 1e3:7.1f} ms  "
+        f"ratio {row['ratio']:.3f}  load {row['loadavg']}  cpu/wall {row['cpu_per_wall']}",
+        flush=True,
+    )
 
 
 def main() -> int:

@@ -106,8 +106,11 @@ def test_transport_round_trip_vs_plain_send_recv(benchmark, size):
     res = benchmark.pedantic(measure, args=(SIZES[size],), rounds=1, iterations=1)
     benchmark.extra_info.update(
         {f"{k}_us": v * 1e6 for k, v in res.items()}
-        | {"fixed_over_plain": res["fixed"] / res["plain"], "framed_over_plain": res["framed"] / res["plain"],
-           "loadavg": os.getloadavg()[0]}  # fmt: skip
+        | {
+            "fixed_over_plain": res["fixed"] / res["plain"],
+            "framed_over_plain": res["framed"] / res["plain"],
+            "loadavg": os.getloadavg()[0],
+        }  # fmt: skip
     )
     print(f"{size}: " + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in res.items())
           + f"; fixed/plain {res['fixed'] / res['plain']:.2f}, framed/plain {res['framed'] / res['plain']:.2f}, load {os.getloadavg()[0]:.1f}")  # fmt: skip

@@ -39,9 +39,9 @@ This module is pure Python (no torch): the leaderboard imports it.
 from __future__ import annotations
 
 import heapq
-import re
 import json
 import math
+import re
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -216,7 +216,7 @@ def _parse_action(a: str) -> tuple[int, str, int]:
 class _Link:
     """One direction between two ranks: one message at a time, FIFO by ready time."""
 
-    def __init__(self, sim: "_Sim") -> None:
+    def __init__(self, sim: _Sim) -> None:
         self.sim = sim
         self.busy = False
         self.queue: deque[tuple[float, Callable[[float], None]]] = deque()
@@ -498,7 +498,7 @@ class TimingInputs:
         return json.loads(json.dumps(d))
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TimingInputs":
+    def from_dict(cls, d: Mapping[str, Any]) -> TimingInputs:
         """Inverse of :meth:`to_dict`; also reads version-1 inputs (closed-form era, see
         :func:`_from_v1`)."""
         if "schedule" not in d:
@@ -599,7 +599,9 @@ def encode_steps(loads: list[StepLoad], warmup_steps: int = 0, max_runs: int = 2
     return out_loads, out_counts
 
 
-def interpolate_target_step(points: Iterable[tuple[float, float]], target: float, higher_is_better: bool) -> float | None:
+def interpolate_target_step(
+    points: Iterable[tuple[float, float]], target: float, higher_is_better: bool
+) -> float | None:
     """Steps at which a curve of (step, metric) evaluation points first meets ``target``,
     linearly interpolated between the last point below it and the first at or past it
     (from step 0 when the first evaluation already meets it); None if never."""
@@ -662,11 +664,18 @@ def model_run(
             total += count * t
             done += count
         n = max(1, total_steps - warm)
-        out[name] = {"step_s": steady_s / n, "total_s": total, "time_to_target_s": ttt, "comm_s_per_step": steady_comm / n}
+        out[name] = {
+            "step_s": steady_s / n,
+            "total_s": total,
+            "time_to_target_s": ttt,
+            "comm_s_per_step": steady_comm / n,
+        }
     return out
 
 
-def model_record(inputs: TimingInputs | Mapping[str, Any], profile: NetworkProfile, statistic: str = "robust") -> dict[str, float | None]:
+def model_record(
+    inputs: TimingInputs | Mapping[str, Any], profile: NetworkProfile, statistic: str = "robust"
+) -> dict[str, float | None]:
     """Modeled times of one stored run (``record["timing_inputs"]`` or a TimingInputs) over
     ``profile``: ``step_s``, ``total_s``, ``time_to_target_s``, ``comm_s_per_step``. Pure:
     the same inputs and profile always give the same numbers."""
@@ -683,4 +692,3 @@ def quantile(values: Sequence[float], q: float) -> float:
     x = q * (len(v) - 1)
     i = min(int(x), len(v) - 2) if len(v) > 1 else 0
     return v[i] if len(v) == 1 else v[i] + (x - i) * (v[i + 1] - v[i])
-

@@ -55,7 +55,12 @@ def test_profiles_cover_the_required_links_with_sane_latencies():
 @pytest.mark.parametrize("stages,micro", [(2, 1), (2, 4), (4, 8), (3, 5)])
 def test_uniform_stages_on_an_ideal_network_give_the_bubble_formula(schedule, stages, micro):
     fwd, bwd = 0.01, 0.02
-    ends = simulate_step(_schedule(schedule, stages, micro), [_stage(fwd, bwd)] * stages, StepLoad((LinkLoad(1e6, 1e6),) * (stages - 1)), IDEAL)
+    ends = simulate_step(
+        _schedule(schedule, stages, micro),
+        [_stage(fwd, bwd)] * stages,
+        StepLoad((LinkLoad(1e6, 1e6),) * (stages - 1)),
+        IDEAL,
+    )
     assert max(ends) == pytest.approx((micro + stages - 1) * (fwd + bwd))
 
 
@@ -95,7 +100,9 @@ def test_a_late_receiver_delays_the_send_and_links_carry_one_message_at_a_time()
     # posting ahead lets F1 cross during F0's compute, but only after F0 left the link
     ahead = simulate_step([["0F0", "0F1"], ["1F0", "1F1"]], stages, load, net, PROTOCOLS["preposted"])
     assert ahead[1] == pytest.approx(0.001 + 0.005 + 0.005)
-    both = simulate_step([["0F0", "0F1"], ["1F0", "1F1"]], [_stage(0, 0), _stage(0, 0)], load, net, PROTOCOLS["preposted"])
+    both = simulate_step(
+        [["0F0", "0F1"], ["1F0", "1F1"]], [_stage(0, 0), _stage(0, 0)], load, net, PROTOCOLS["preposted"]
+    )
     assert both[1] == pytest.approx(0.002)  # two messages serialized on one direction
 
 
@@ -160,7 +167,9 @@ def test_model_run_totals_time_to_target_comm_share_and_statistic():
     assert all(m["time_to_target_s"] is None for m in model_run(inp).values())
     inp.target_step = 2.0
     assert model_record(inp, PROFILES["1Gbps"])["time_to_target_s"] == pytest.approx(2 * out["1Gbps"]["step_s"])
-    assert model_record(inp, IDEAL, "mean")["step_s"] == pytest.approx(6 * (0.003 + 0.006 + 4 * 0.0005) + 0.002)  # (M + S - 1) slots
+    assert model_record(inp, IDEAL, "mean")["step_s"] == pytest.approx(
+        6 * (0.003 + 0.006 + 4 * 0.0005) + 0.002
+    )  # (M + S - 1) slots
     with pytest.raises(ValueError, match="valid values are robust, mean"):
         model_run(inp, statistic="median")
 
@@ -188,7 +197,9 @@ def test_timing_inputs_round_trip_and_model_record_takes_a_stored_dict():
 def test_version_1_inputs_are_converted():
     v1 = {
         "stages": [{"compute_s": 0.03, "compress_s": 0.004, "optimizer_s": 0.001}] * 2,
-        "steps": [{"links": [{"fwd_bytes": 1e5, "bwd_bytes": 1e5, "fwd_messages": 1, "bwd_messages": 1}], "dp": [{}, {}]}],
+        "steps": [
+            {"links": [{"fwd_bytes": 1e5, "bwd_bytes": 1e5, "fwd_messages": 1, "bwd_messages": 1}], "dp": [{}, {}]}
+        ],
         "microbatches": 4,
         "replicas": 1,
         "counts": [10],
