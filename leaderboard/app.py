@@ -87,7 +87,7 @@ def _index(stores: tuple[str, ...], records_dirs: tuple[str, ...]):
     return load_index(stores, records_dirs)
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
+@st.cache_data(show_spinner="Re-modeling the records at this link ...", max_entries=64)
 def _ranked_input(_frame: pd.DataFrame, version: tuple, task: str, tier: str, link: Link | None, _index_obj) -> tuple:
     """(per-record rows, aggregate) of one task and tier, re-modeled at ``link`` (None: stored profiles)."""
     rows = _frame[(_frame["task"] == task) & (_frame["tier"] == tier)]

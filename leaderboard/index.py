@@ -37,7 +37,7 @@ from leaderboard.frame import to_frame
 from leaderboard.submissions import Problem
 from suite.results.records import RecordError, validate_record
 
-__all__ = ["Index", "load_index", "load_details", "default_index_dir", "HEAVY_COLUMNS", "INDEX_VERSION"]
+__all__ = ["Index", "load_index", "load_details", "load_records", "default_index_dir", "HEAVY_COLUMNS", "INDEX_VERSION"]
 
 INDEX_VERSION = 1  # bump when the row layout changes: every index is rebuilt
 HEAVY_COLUMNS = ("timing_inputs",)  # in the file, but read only for the rows that need it
@@ -217,6 +217,19 @@ def _scan(files: list[Path], ids: set[str]) -> dict[str, dict[str, Any]]:
             if rec.get("record_id") in ids and rec["record_id"] not in found:
                 found[rec["record_id"]] = rec
     return found
+
+
+def load_records(rows: pd.DataFrame) -> list[dict[str, Any]]:
+    """The full records of these index rows, read back from their source files (validated
+    again), in the rows' order; rows whose record is gone are left out. For the few rows a
+    view needs whole (e.g. the report's runs over links), never for the whole board."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for source, g in rows.groupby("source", sort=False):
+        p = Path(source)
+        files = sorted(f for f in p.iterdir() if f.suffix == ".jsonl") if p.is_dir() else [p]
+        for rid, rec in _scan(files, set(g["record_id"])).items():
+            found[(source, rid)] = rec
+    return [found[k] for k in zip(rows["source"], rows["record_id"]) if k in found]
 
 
 def load_details(rows: pd.DataFrame) -> pd.DataFrame:

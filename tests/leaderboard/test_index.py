@@ -64,3 +64,16 @@ def test_problems_are_remembered_and_a_committed_copy_in_the_store_is_dropped(tm
         ix = load_index([str(store)], [str(root)], index_dir=tmp_path / "ix")
         assert any("broken" in p.path for p in ix.problems)
         assert set(ix.frame.entry) == {"entry-a"}  # the store's copies of committed records are not shown twice
+
+
+def test_the_report_reads_the_index_and_lists_runs_over_links(tmp_path, lb, capsys, monkeypatch):
+    from suite.bench.cli import main
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    recs = lb.make_records(tasks=("cifar10",), compressors=("none", "fp16"))
+    recs[-1]["network"] = {"link": "100mbit", "emulated": True, "measured": {"step_s": 0.5},
+                           "modeled": {"as_emulated": {"step_s": 0.45}}}  # fmt: skip
+    store = lb.write_jsonl(tmp_path / "store.jsonl", recs)
+    assert main(["report", "--results", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert "fp16" in out and "measured over links" in out and "100mbit" in out
