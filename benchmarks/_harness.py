@@ -42,11 +42,15 @@ except ImportError:  # an older compressor library (the "before" runs): the same
         import inspect
 
         sig = inspect.signature(get_class(name).__init__)
-        required = [p for p in list(sig.parameters.values())[1:] if p.default is inspect.Parameter.empty
-                    and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]  # fmt: skip
+        required = [
+            p
+            for p in list(sig.parameters.values())[1:]
+            if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        ]
         if any("Compressor" not in str(p.annotation) for p in required):
             raise CompressorError(f"{name}: a required parameter has no default; give a full spec")
         return f"{name}({', '.join('topk(ratio=0.1)' for _ in required)})" if required else name
+
 
 __all__ = [
     "ROUNDS",
@@ -68,7 +72,6 @@ ROUND_S = {"cpu": 0.02, "cuda": 0.001}  # target duration of one round: sets ite
 MAX_ITERATIONS = 1000
 
 Shape = tuple[int, ...]
-
 
 
 def parse_shape(text: str) -> Shape:
@@ -172,9 +175,17 @@ def make_input(shape: Shape, dtype: torch.dtype, device: torch.device, seed: int
 def make_info(x: torch.Tensor, role: TensorRole, seed: int = 1234) -> TensorInfo:
     ids = None if role is TensorRole.WEIGHT_GRAD else torch.arange(x.shape[0], dtype=torch.int64)
     return TensorInfo(
-        role=role, boundary=0, microbatch=0, step=0, shape=x.shape, dtype=x.dtype,
-        device=x.device, sample_ids=ids, seed=seed, training=True,
-    )  # fmt: skip
+        role=role,
+        boundary=0,
+        microbatch=0,
+        step=0,
+        shape=x.shape,
+        dtype=x.dtype,
+        device=x.device,
+        sample_ids=ids,
+        seed=seed,
+        training=True,
+    )
 
 
 @dataclass
@@ -186,7 +197,7 @@ class Pair:
     receiver: Compressor
 
     @classmethod
-    def build(cls, spec: str, device: torch.device) -> "Pair":
+    def build(cls, spec: str, device: torch.device) -> Pair:
         s, r = build(spec), build(spec)
         s.to(device)
         r.to(device)

@@ -27,7 +27,6 @@ import platform
 
 import pytest
 import torch
-
 from _harness import parse_shape, use_cpu_clock
 
 
@@ -37,7 +36,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--bench-cuda-shape", default="8x2048x2048", help="CUDA input shape, e.g. 8x2048x2048")
     g.addoption("--bench-device", default="all", choices=["all", "cpu", "cuda"], help="devices to benchmark")
     g.addoption("--bench-threads", default=1, type=int, help="torch CPU threads (default 1; 0 = torch's default)")
-    g.addoption("--bench-clock", default="thread", choices=["thread", "wall"], help="CPU clock (default: thread CPU time)")
+    g.addoption(
+        "--bench-clock", default="thread", choices=["thread", "wall"], help="CPU clock (default: thread CPU time)"
+    )
 
 
 def devices(config: pytest.Config) -> list[str]:

@@ -34,8 +34,16 @@ def run_cell(stages: int, steps: int, mode: str) -> dict:
     from suite.pipeline.config import CellConfig, CompressionPlan
     from suite.pipeline.runtime import run
 
-    cfg = CellConfig(task="cifar10", tier="quick", stages=stages, plan=CompressionPlan.from_dict("none"), mode=mode,
-                     steps=steps, data_dir=os.environ.get("MPCBENCH_DATA_DIR"), eval_uncompressed=False).validate()  # fmt: skip
+    cfg = CellConfig(
+        task="cifar10",
+        tier="quick",
+        stages=stages,
+        plan=CompressionPlan.from_dict("none"),
+        mode=mode,
+        steps=steps,
+        data_dir=os.environ.get("MPCBENCH_DATA_DIR"),
+        eval_uncompressed=False,
+    ).validate()
     return run(cfg).to_dict()
 
 

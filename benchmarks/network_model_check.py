@@ -32,8 +32,17 @@ from tests.fixtures.netns_pair import can_build, netns_pair  # noqa: E402
 def cell(stages: int, steps: int, schedule: str, plan: str) -> dict:
     from suite.pipeline.config import CellConfig, CompressionPlan
 
-    cfg = CellConfig(task="cifar10", tier="quick", stages=stages, schedule=schedule, plan=CompressionPlan.from_dict(plan),
-                     mode="torchrun", steps=steps, data_dir=os.environ.get("MPCBENCH_DATA_DIR"), eval_uncompressed=False)  # fmt: skip
+    cfg = CellConfig(
+        task="cifar10",
+        tier="quick",
+        stages=stages,
+        schedule=schedule,
+        plan=CompressionPlan.from_dict(plan),
+        mode="torchrun",
+        steps=steps,
+        data_dir=os.environ.get("MPCBENCH_DATA_DIR"),
+        eval_uncompressed=False,
+    )
     return cfg.validate().to_dict()
 
 

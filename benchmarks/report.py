@@ -45,8 +45,16 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
             if "seconds" in e:
                 e["floor_multiple"] = e["seconds"] / e["floor_s"]
             cur = best.setdefault(b["name"], {"name": b["name"], "extra_info": e})["extra_info"]
-            for key in ("seconds", "floor_multiple", "floor_s", "step_s", "unsplit_step_s", "ratio",
-                        "overhead_per_step_s", "overhead_per_message_s"):
+            for key in (
+                "seconds",
+                "floor_multiple",
+                "floor_s",
+                "step_s",
+                "unsplit_step_s",
+                "ratio",
+                "overhead_per_step_s",
+                "overhead_per_message_s",
+            ):
                 if key in e and key in cur:
                     cur[key] = min(cur[key], e[key])
             if "seconds" in cur:
@@ -111,8 +119,11 @@ def compressor_tables(doc: dict[str, Any], before: dict[str, Any] | None = None)
         any_e = next(iter(next(iter(by_name.values())).values()))
         mb = any_e["bytes_in"] / 2**20
         fl = any_e["floor_s"]
-        lines.append(f"\n**{label}** ({mb:.0f} MiB in; read floor {_t(fl)} = {any_e['bytes_in'] / fl / 1e9:.1f} GB/s"
-                     + (f", benchmarked x.sum() {_t(floor['seconds'])}" if floor else "") + ")\n")
+        lines.append(
+            f"\n**{label}** ({mb:.0f} MiB in; read floor {_t(fl)} = {any_e['bytes_in'] / fl / 1e9:.1f} GB/s"
+            + (f", benchmarked x.sum() {_t(floor['seconds'])}" if floor else "")
+            + ")\n"
+        )
         head = "| compressor | spec | ratio | compress | decompress | round trip | GB/s | x floor |"
         sep = "|---|---|---:|---:|---:|---:|---:|---:|"
         if before:
@@ -125,10 +136,13 @@ def compressor_tables(doc: dict[str, Any], before: dict[str, Any] | None = None)
             any_p = next(iter(ph.values()))
             ratio = any_p["bytes_in"] / any_p["payload_bytes"] if any_p.get("payload_bytes") else None
             cells = [
-                name, f"`{any_p['spec']}`", _x(ratio),
+                name,
+                f"`{any_p['spec']}`",
+                _x(ratio),
                 *(_t(ph[p]["seconds"]) if p in ph else "-" for p in PHASES),
-                f"{rt['gbps']:.2f}" if rt else "-", _x(rt["floor_multiple"]) if rt else "-",
-            ]  # fmt: skip
+                f"{rt['gbps']:.2f}" if rt else "-",
+                _x(rt["floor_multiple"]) if rt else "-",
+            ]
             if before:
                 ort = old.get(label, {}).get(name, {}).get("roundtrip")
                 cells.append(_x(ort["floor_multiple"]) if ort else "-")
@@ -138,7 +152,9 @@ def compressor_tables(doc: dict[str, Any], before: dict[str, Any] | None = None)
 
 
 def overhead_table(doc: dict[str, Any]) -> str:
-    rows = [b["extra_info"] for b in doc.get("benchmarks", []) if b.get("extra_info", {}).get("variant") == "pipeline_none"]
+    rows = [
+        b["extra_info"] for b in doc.get("benchmarks", []) if b.get("extra_info", {}).get("variant") == "pipeline_none"
+    ]
     if not rows:
         return ""
     lines = [
@@ -163,7 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     for label, d in (("Measured", doc), ("Before", before)):
         if d is not None:
             runs = d.get("merged_runs") or [machine_line(d)]
-            print(f"{label}: " + (runs[0] if len(runs) == 1 else "minimum over runs:\n" + "\n".join(f"- {r}" for r in runs)))
+            print(
+                f"{label}: "
+                + (runs[0] if len(runs) == 1 else "minimum over runs:\n" + "\n".join(f"- {r}" for r in runs))
+            )
             print()
     tables = compressor_tables(doc, before)
     if tables:

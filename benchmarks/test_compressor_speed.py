@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from _harness import Pair, bench, default_spec, main_role, make_info, make_input, measure
+from conftest import devices, shape_for
 
 import compressors
-from _harness import Pair, bench, default_spec, main_role, make_info, make_input, measure
 from compressors import payload_nbytes
-from conftest import devices, shape_for
 
 PHASES = ("compress", "decompress", "roundtrip")
 DTYPES = {"cpu": (torch.float32, torch.bfloat16), "cuda": (torch.bfloat16,)}
@@ -88,9 +88,13 @@ def _record(benchmark, case: Case, seconds: float | None, **info) -> None:
     x = _input(case)
     floor = _floor(case)
     benchmark.extra_info.update(
-        device=case.device, dtype=str(case.dtype).removeprefix("torch."), shape="x".join(map(str, case.shape)),
-        bytes_in=x.nbytes, floor_s=floor, **info,
-    )  # fmt: skip
+        device=case.device,
+        dtype=str(case.dtype).removeprefix("torch."),
+        shape="x".join(map(str, case.shape)),
+        bytes_in=x.nbytes,
+        floor_s=floor,
+        **info,
+    )
     if seconds is not None:
         benchmark.extra_info.update(seconds=seconds, gbps=x.nbytes / seconds / 1e9, floor_multiple=seconds / floor)
 

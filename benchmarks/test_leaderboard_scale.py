@@ -41,8 +41,23 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "records" / "mpcbench-baselines" / "quick-cpu-2core.jsonl"
 ENTRIES = 40
-COMPRESSORS = ["none", "fp16", "bf16", "fp8", "quant(bits=8)", "quant(bits=4)", "quant(bits=2)", "topk(ratio=0.1)",
-               "topk(ratio=0.01)", "randomk(ratio=0.1)", "qsgd", "powersgd", "ef(topk)", "aqsgd", "threshold"]  # fmt: skip
+COMPRESSORS = [
+    "none",
+    "fp16",
+    "bf16",
+    "fp8",
+    "quant(bits=8)",
+    "quant(bits=4)",
+    "quant(bits=2)",
+    "topk(ratio=0.1)",
+    "topk(ratio=0.01)",
+    "randomk(ratio=0.1)",
+    "qsgd",
+    "powersgd",
+    "ef(topk)",
+    "aqsgd",
+    "threshold",
+]
 TARGETS = {10_000: (3.0, 500), 100_000: (15.0, None)}  # records -> (seconds, MB or None)
 
 CHILD = textwrap.dedent(
@@ -92,8 +107,13 @@ def _generate(root: Path, n: int) -> Path:
             comp = COMPRESSORS[(i // len(by_task)) % len(COMPRESSORS)]
             seed = i // (len(by_task) * len(COMPRESSORS))
             r = json.loads(json.dumps(by_task[task]))
-            r.update(record_id=f"{e:04d}{i:028d}", cell_key=f"{e:04d}{i:012d}", compressor=comp,
-                     cell_id=f"{task}-{comp}-seed{seed}", seed=seed)  # fmt: skip
+            r.update(
+                record_id=f"{e:04d}{i:028d}",
+                cell_key=f"{e:04d}{i:012d}",
+                compressor=comp,
+                cell_id=f"{task}-{comp}-seed{seed}",
+                seed=seed,
+            )
             r["config"]["seed"] = seed
             r["specs"] = {"forward": comp, "backward": comp, "dp": "none"}
             if r["final_metric"] is not None:
@@ -105,9 +125,16 @@ def _generate(root: Path, n: int) -> Path:
 
 
 def _child(what: str, arg: str, index_home: Path) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(REPO), XDG_CACHE_HOME=str(index_home), MPCBENCH_RECORDS=arg, MPCBENCH_RESULTS="")
-    out = subprocess.run([sys.executable, "-c", CHILD, what, str(REPO / "leaderboard" / "app.py") if what == "render" else arg],
-                         env=env, capture_output=True, text=True, timeout=1200)  # fmt: skip
+    env = dict(
+        os.environ, PYTHONPATH=str(REPO), XDG_CACHE_HOME=str(index_home), MPCBENCH_RECORDS=arg, MPCBENCH_RESULTS=""
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, what, str(REPO / "leaderboard" / "app.py") if what == "render" else arg],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -120,9 +147,17 @@ def board(request, tmp_path_factory):
     records = _generate(root, n)
     gen_s = time.perf_counter() - t0
     build = _child("index", str(records), root / "cache")  # first sight: the index is built
-    return n, records, root / "cache", {"generate_s": round(gen_s, 1), "index_build_s": round(build["s"], 2),
-                                        "index_build_cpu_s": round(build["cpu_s"], 2),
-                                        "index_build_rss_mb": round(build["rss_mb"])}  # fmt: skip
+    return (
+        n,
+        records,
+        root / "cache",
+        {
+            "generate_s": round(gen_s, 1),
+            "index_build_s": round(build["s"], 2),
+            "index_build_cpu_s": round(build["cpu_s"], 2),
+            "index_build_rss_mb": round(build["rss_mb"]),
+        },
+    )
 
 
 @pytest.mark.parametrize("what", ["render", "report"])
@@ -135,11 +170,20 @@ def test_cold_render_and_report(benchmark, board, what):
 
     benchmark.pedantic(once, rounds=1, iterations=1)
     seconds, mb = TARGETS[n]
-    benchmark.extra_info.update(records=n, what=what, seconds=round(figures["s"], 2), cpu_s=round(figures["cpu_s"], 2),
-                                rss_mb=round(figures["rss_mb"]),
-                                load_1m=os.getloadavg()[0], cores=os.cpu_count(), **built)  # fmt: skip
-    print(f"\n{what} {n} records: {figures['s']:.2f} s wall, {figures['cpu_s']:.2f} s CPU, {figures['rss_mb']:.0f} MB peak "
-          f"(load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; index build {built})")  # fmt: skip
+    benchmark.extra_info.update(
+        records=n,
+        what=what,
+        seconds=round(figures["s"], 2),
+        cpu_s=round(figures["cpu_s"], 2),
+        rss_mb=round(figures["rss_mb"]),
+        load_1m=os.getloadavg()[0],
+        cores=os.cpu_count(),
+        **built,
+    )
+    print(
+        f"\n{what} {n} records: {figures['s']:.2f} s wall, {figures['cpu_s']:.2f} s CPU, {figures['rss_mb']:.0f} MB peak "
+        f"(load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; index build {built})"
+    )
     assert figures["cpu_s"] < seconds, f"{what} of {n} records took {figures['cpu_s']:.1f} CPU s (target {seconds} s)"
     if mb:
         assert figures["rss_mb"] < mb, f"{what} of {n} records peaked at {figures['rss_mb']:.0f} MB (target {mb} MB)"

@@ -33,10 +33,9 @@ from statistics import fmean
 from typing import Any
 
 import pytest
-import torch
-
 from _harness import cpu_clock
 from conftest import devices
+
 from suite.pipeline.config import CellConfig, CompressionPlan
 from suite.pipeline.reference import train_unsplit
 from suite.pipeline.runtime import run
@@ -59,14 +58,18 @@ class OverheadCase:
 
 
 CASES = [
-    OverheadCase("tiny-4stage", "cpu", dict(task="tiny", tier="quick", stages=4, schedule="1f1b", plugins=(TINY_TASK,))),
+    OverheadCase(
+        "tiny-4stage", "cpu", dict(task="tiny", tier="quick", stages=4, schedule="1f1b", plugins=(TINY_TASK,))
+    ),
     OverheadCase("cifar10-quick-4stage", "cpu", dict(task="cifar10", tier="quick", stages=4, schedule="1f1b", steps=8)),
     # the gpu tier: full-width ResNet-18, batch 512 in 4 micro-batches, bf16 autocast, channels_last,
     # data on the GPU (both sides), 40 steps
     OverheadCase("cifar10-gpu-4stage", "cuda", dict(task="cifar10", tier="gpu", stages=4, schedule="1f1b", steps=40)),
     # a transformer whose micro-batches take about a millisecond on an H100: the runtime's
     # per-message host cost is most exposed here
-    OverheadCase("shakespeare-gpu-4stage", "cuda", dict(task="shakespeare", tier="gpu", stages=4, schedule="1f1b", steps=40)),
+    OverheadCase(
+        "shakespeare-gpu-4stage", "cuda", dict(task="shakespeare", tier="gpu", stages=4, schedule="1f1b", steps=40)
+    ),
 ]
 VARIANTS = ("unsplit", "pipeline_none")
 _UNSPLIT_STEP_S: dict[str, float] = {}
@@ -126,10 +129,15 @@ def test_step_time(benchmark, overhead_case: OverheadCase, variant: str):
 
     M = cfg.microbatches or get_task_class(cfg.task).tiers[cfg.tier].microbatches
     benchmark.extra_info.update(
-        case=overhead_case.id, variant=variant, device=overhead_case.device, step_s=step_s,
+        case=overhead_case.id,
+        variant=variant,
+        device=overhead_case.device,
+        step_s=step_s,
         step_clock="wall" if overhead_case.device != "cpu" or cpu_clock() is time.perf_counter else "thread",
-        stages=S, microbatches=M, messages_per_step=2 * (S - 1) * M,
-    )  # fmt: skip
+        stages=S,
+        microbatches=M,
+        messages_per_step=2 * (S - 1) * M,
+    )
     if variant == "unsplit":
         _UNSPLIT_STEP_S[overhead_case.id] = step_s
         return
@@ -139,7 +147,9 @@ def test_step_time(benchmark, overhead_case: OverheadCase, variant: str):
             base = min(_unsplit_step(cfg) for _ in range(ROUNDS))
     overhead = step_s - base
     benchmark.extra_info.update(
-        unsplit_step_s=base, ratio=step_s / base, overhead_per_step_s=overhead,
+        unsplit_step_s=base,
+        ratio=step_s / base,
+        overhead_per_step_s=overhead,
         overhead_per_message_s=overhead / (2 * (S - 1) * M),
-    )  # fmt: skip
+    )
     assert step_s > 0 and base > 0

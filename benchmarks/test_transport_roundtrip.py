@@ -110,8 +110,11 @@ def test_transport_round_trip_vs_plain_send_recv(benchmark, size):
             "fixed_over_plain": res["fixed"] / res["plain"],
             "framed_over_plain": res["framed"] / res["plain"],
             "loadavg": os.getloadavg()[0],
-        }  # fmt: skip
+        }
     )
-    print(f"{size}: " + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in res.items())
-          + f"; fixed/plain {res['fixed'] / res['plain']:.2f}, framed/plain {res['framed'] / res['plain']:.2f}, load {os.getloadavg()[0]:.1f}")  # fmt: skip
+    print(
+        f"{size}: "
+        + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in res.items())
+        + f"; fixed/plain {res['fixed'] / res['plain']:.2f}, framed/plain {res['framed'] / res['plain']:.2f}, load {os.getloadavg()[0]:.1f}"
+    )
     assert res["fixed"] < res["framed"]  # one message beats two

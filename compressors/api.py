@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping
 
 import torch
@@ -170,7 +170,7 @@ class Compressor:
         """Sub-modules holding trainable parameters (moved to the stage's device)."""
         return iter(())
 
-    def to(self, device: torch.device) -> "Compressor":
+    def to(self, device: torch.device) -> Compressor:
         """Move parameters/state to ``device``. Default moves ``modules()``."""
         for m in self.modules():
             m.to(device)

@@ -35,16 +35,31 @@ from compressors.api import Compressor, CompressorError, TensorInfo, TensorRole,
 from compressors.registry import default_spec, get_class, load_plugin, parse_spec
 
 __all__ = [
-    "Case", "contract_cases", "plugin_compressors", "pytest_generate_tests", "DEFAULT_SPECS", "REL_ERROR_BOUND",
-    "test_class_declarations_are_sane", "test_roundtrip_keeps_shape_dtype_device_and_error_bound",
-    "test_payload_bytes_are_counted_and_smaller_than_raw", "test_weight_grad_bucket_payload_is_smaller_than_raw",
-    "test_same_seed_gives_same_payload", "test_instances_share_no_state", "test_evaluation_leaves_state_alone",
-    "test_zeros_roundtrip_to_zeros", "test_bf16_input", "test_odd_shapes",
-    "test_degenerate_shapes_roundtrip_or_are_refused_clearly", "test_empty_tensor_roundtrips_or_is_refused_clearly",
-    "test_non_finite_input_raises_or_passes_through_exactly", "test_compress_keeps_no_autograd_graph",
-    "test_sender_and_receiver_stay_in_sync_over_steps", "test_linear_compressors_sum_payloads",
-    "test_custom_reduce_with_two_replicas", "private_compressor_cache",
-]  # fmt: skip
+    "Case",
+    "contract_cases",
+    "plugin_compressors",
+    "pytest_generate_tests",
+    "DEFAULT_SPECS",
+    "REL_ERROR_BOUND",
+    "test_class_declarations_are_sane",
+    "test_roundtrip_keeps_shape_dtype_device_and_error_bound",
+    "test_payload_bytes_are_counted_and_smaller_than_raw",
+    "test_weight_grad_bucket_payload_is_smaller_than_raw",
+    "test_same_seed_gives_same_payload",
+    "test_instances_share_no_state",
+    "test_evaluation_leaves_state_alone",
+    "test_zeros_roundtrip_to_zeros",
+    "test_bf16_input",
+    "test_odd_shapes",
+    "test_degenerate_shapes_roundtrip_or_are_refused_clearly",
+    "test_empty_tensor_roundtrips_or_is_refused_clearly",
+    "test_non_finite_input_raises_or_passes_through_exactly",
+    "test_compress_keeps_no_autograd_graph",
+    "test_sender_and_receiver_stay_in_sync_over_steps",
+    "test_linear_compressors_sum_payloads",
+    "test_custom_reduce_with_two_replicas",
+    "private_compressor_cache",
+]
 
 # Specs for names whose bare name is not the configuration we want to test.
 DEFAULT_SPECS: dict[str, str] = {
@@ -230,9 +245,17 @@ def _info(x: torch.Tensor, role: TensorRole, *, step: int = 0, seed: int = 1234,
     if role is not TensorRole.WEIGHT_GRAD:
         ids = torch.arange(x.shape[0] if x.dim() else 1, dtype=torch.int64)
     return TensorInfo(
-        role=role, boundary=0, microbatch=0, step=step, shape=x.shape, dtype=x.dtype,
-        device=x.device, sample_ids=ids, seed=seed, training=training,
-    )  # fmt: skip
+        role=role,
+        boundary=0,
+        microbatch=0,
+        step=step,
+        shape=x.shape,
+        dtype=x.dtype,
+        device=x.device,
+        sample_ids=ids,
+        seed=seed,
+        training=training,
+    )
 
 
 def _randn(shape, *, seed: int = 0, dtype=torch.float32, device="cpu") -> torch.Tensor:
@@ -349,7 +372,7 @@ def test_instances_share_no_state(case):
     a, b = (build(case.spec), build(case.spec)), (build(case.spec), build(case.spec))
     for step in range(3):  # interleave pair a with a pair b fed other data
         _drive(case, role, b, range(step, step + 1), offset=77)
-        (p, y), = _drive(case, role, a, range(step, step + 1))
+        ((p, y),) = _drive(case, role, a, range(step, step + 1))
         _assert_same(alone[step][0], p, f"{case.spec}: step {step} beside another instance pair")
         assert torch.equal(alone[step][1], y), f"{case.spec}: step {step} output changed by another instance pair"
 
@@ -363,7 +386,7 @@ def test_evaluation_leaves_state_alone(case):
     _drive(case, role, pair, range(2))
     x = _randn(_shape_for(role, (4, 8, 24)), seed=55)
     _roundtrip(case.spec, x, _info(x, role, step=2, seed=99, training=False), *pair)
-    (p, y), = _drive(case, role, pair, range(2, 3))
+    ((p, y),) = _drive(case, role, pair, range(2, 3))
     _assert_same(plain[2][0], p, f"{case.spec}: training step after an evaluation pass")
     assert torch.equal(plain[2][1], y), f"{case.spec}: an evaluation pass changed the next training output"
 

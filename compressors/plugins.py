@@ -138,7 +138,7 @@ def load_plugin(target: str) -> None:
                 importlib.import_module(target)
     except CompressorError:
         raise
-    except (Exception, PluginImportTimeout) as e:  # noqa: BLE001
+    except (Exception, PluginImportTimeout) as e:
         if mod_name is not None:
             sys.modules.pop(mod_name, None)  # a half-run module is not imported (as with `import`)
         raise CompressorError(f"plugin {target!r} failed to import: {one_line(e)}") from e

@@ -49,17 +49,21 @@ DIRECTION_LABELS = {
 QUALITY_LABELS = {"compressed": "with compression at evaluation", "uncompressed": "without compression at evaluation"}
 CUSTOM = "custom (sliders)"
 # bandwidth slider: 4 steps per decade from 1 Mbps to 1 Tbps, plus every named profile's bandwidth
-BANDWIDTHS = sorted({float(f"{10 ** (6 + k / 4):.3g}") for k in range(25)} | {p.bandwidth_bps for p in PROFILES.values()})
-LATENCIES = sorted({0.0, 1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.2}
-                   | {p.latency_s for p in PROFILES.values()})  # fmt: skip
+BANDWIDTHS = sorted(
+    {float(f"{10 ** (6 + k / 4):.3g}") for k in range(25)} | {p.bandwidth_bps for p in PROFILES.values()}
+)
+LATENCIES = sorted(
+    {0.0, 1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.2}
+    | {p.latency_s for p in PROFILES.values()}
+)
 TASK_DESCRIPTIONS = {  # one line each; the task modules' docstrings say more
     "cifar10": "CIFAR-10 image classification: ResNet-18 (CIFAR stem; an eighth of the width in the smoke and "
-               "quick tiers) split into pipeline stages, trained from scratch. Metric: test accuracy.",
+    "quick tiers) split into pipeline stages, trained from scratch. Metric: test accuracy.",
     "sst2": "GLUE SST-2 sentiment classification: a pretrained MiniLM encoder fine-tuned, its layers split into "
-            "stages. Metric: dev accuracy.",
+    "stages. Metric: dev accuracy.",
     "shakespeare": "Tiny Shakespeare character-level language modelling: a GPT decoder (nanoGPT's shakespeare-char "
-                   "in the full tier) pretrained from scratch. Metric: validation loss in nats (lower is better).",
-}  # fmt: skip
+    "in the full tier) pretrained from scratch. Metric: validation loss in nats (lower is better).",
+}
 MAX_LABELS = 30  # named points on the Pareto plot: the frontier first, then the best quality
 PLOT_W, PLOT_H = 860, 400  # fixed chart size: label placement works in these pixels
 # URL parameter -> (session key, parser)
@@ -117,8 +121,9 @@ def _row_labels(table: pd.DataFrame) -> dict[str, tuple[str, str, str]]:
     out = {}
     for r in table.itertuples(index=False):
         name = getattr(r, "compressor_label", "") or r.compressor
-        label = views.row_label(r.entry, name, r.setup, getattr(r, "machine", ""), with_setup=several,
-                                        with_machine=machines)  # fmt: skip
+        label = views.row_label(
+            r.entry, name, r.setup, getattr(r, "machine", ""), with_setup=several, with_machine=machines
+        )
         out[label] = (r.entry, r.compressor, r.setup)
     return out
 
@@ -175,18 +180,35 @@ def _network_controls(sb, profiles: list[str]) -> tuple[str | None, Link | None,
         return None, None, "-"
     options = [*profiles, CUSTOM]
     default = _url_default("network", options, "1Gbps" if "1Gbps" in profiles else profiles[0])
-    preset = sb.selectbox("Network", options, index=options.index(default), key="network", on_change=_preset_changed,
-                          help="A named profile uses the times modeled when the record was written; "
-                               "'custom' re-models every record at the sliders' link.")  # fmt: skip
+    preset = sb.selectbox(
+        "Network",
+        options,
+        index=options.index(default),
+        key="network",
+        on_change=_preset_changed,
+        help="A named profile uses the times modeled when the record was written; "
+        "'custom' re-models every record at the sliders' link.",
+    )
     prof = PROFILES.get(preset)
     if "bw" not in st.session_state:
-        st.session_state["bw"] = _nearest(BANDWIDTHS, st.session_state.get("_url_bw") or (prof.bandwidth_bps if prof else 1e9))
+        st.session_state["bw"] = _nearest(
+            BANDWIDTHS, st.session_state.get("_url_bw") or (prof.bandwidth_bps if prof else 1e9)
+        )
     if "lat" not in st.session_state:
-        st.session_state["lat"] = _nearest(LATENCIES, st.session_state.get("_url_lat") or (prof.latency_s if prof else 5e-4))
+        st.session_state["lat"] = _nearest(
+            LATENCIES, st.session_state.get("_url_lat") or (prof.latency_s if prof else 5e-4)
+        )
     custom = preset == CUSTOM
-    bw = sb.select_slider("Bandwidth (log scale)", BANDWIDTHS, key="bw", format_func=format_bandwidth, disabled=not custom)
-    lat = sb.select_slider("Latency (one way)", LATENCIES, key="lat", format_func=lambda s: f"{s * 1e6:.4g} µs" if s < 1e-3
-                           else f"{s * 1e3:.4g} ms", disabled=not custom)  # fmt: skip
+    bw = sb.select_slider(
+        "Bandwidth (log scale)", BANDWIDTHS, key="bw", format_func=format_bandwidth, disabled=not custom
+    )
+    lat = sb.select_slider(
+        "Latency (one way)",
+        LATENCIES,
+        key="lat",
+        format_func=lambda s: f"{s * 1e6:.4g} µs" if s < 1e-3 else f"{s * 1e3:.4g} ms",
+        disabled=not custom,
+    )
     if not custom:
         link_words = f"{preset}" + (f", {prof.latency_s * 1e6:.4g} µs latency" if prof else "")
         return preset, None, link_words
@@ -223,8 +245,9 @@ def _pareto_chart(table: pd.DataFrame, direction: str, metric: str, higher_is_be
     # labels for the frontier and the best points, at most MAX_LABELS (the rest: tooltips), placed
     # so that no two overlap (leader lines where they had to move away from their point)
     order = pts.sort_values(["frontier", "quality"], ascending=[False, not higher_is_better]).index[:MAX_LABELS]
-    places = place_labels(list(pts.loc[order, "bytes_per_step"]), list(pts.loc[order, "quality"]),
-                          list(pts.loc[order, "label"]), sx, sy)  # fmt: skip
+    places = place_labels(
+        list(pts.loc[order, "bytes_per_step"]), list(pts.loc[order, "quality"]), list(pts.loc[order, "label"]), sx, sy
+    )
     pts["label_x"], pts["label_y"], pts["leader"] = np.nan, np.nan, False
     pts.loc[order, "label_x"] = [p.x for p in places]
     pts.loc[order, "label_y"] = [p.y for p in places]
@@ -235,34 +258,54 @@ def _pareto_chart(table: pd.DataFrame, direction: str, metric: str, higher_is_be
     x = alt.X("bytes_per_step:Q", scale=xs, title=f"wire bytes per step ({direction}, log)")
     y = alt.Y("quality:Q", scale=ys, title=f"{metric} (mean over seeds)")
     tooltip = ["entry:N", "label:N", "setup:N", "machine:N", "quality:Q", "bytes_per_step:Q", "n:Q"]
-    color = alt.Color("point:N", scale=alt.Scale(domain=["on the frontier", "dominated"], range=["#d62728", "#9e9e9e"]), title=None)
+    color = alt.Color(
+        "point:N", scale=alt.Scale(domain=["on the frontier", "dominated"], range=["#d62728", "#9e9e9e"]), title=None
+    )
     extra = {"shape": alt.Shape("setup:N", title="setup")} if several_setups else {}
-    points = alt.Chart(pts).mark_point(size=120, opacity=0.9, filled=True).encode(x=x, y=y, color=color, tooltip=tooltip, **extra)
+    points = (
+        alt.Chart(pts)
+        .mark_point(size=120, opacity=0.9, filled=True)
+        .encode(x=x, y=y, color=color, tooltip=tooltip, **extra)
+    )
     front = pts[pts["frontier"]].sort_values("bytes_per_step")
     line = alt.Chart(front).mark_line(color="#d62728", strokeDash=[4, 3]).encode(x=x, y=y)
     lead = named[named["leader"]]
-    leaders = alt.Chart(lead).mark_rule(color="#9e9e9e", strokeWidth=0.8).encode(
-        x=x, y=y, x2="label_x:Q", y2="label_y:Q"
+    leaders = (
+        alt.Chart(lead).mark_rule(color="#9e9e9e", strokeWidth=0.8).encode(x=x, y=y, x2="label_x:Q", y2="label_y:Q")
     )
-    labels = alt.Chart(named).mark_text(align="left", baseline="middle", fontSize=11).encode(
-        x=alt.X("label_x:Q", scale=xs), y=alt.Y("label_y:Q", scale=ys), text="label:N"
+    labels = (
+        alt.Chart(named)
+        .mark_text(align="left", baseline="middle", fontSize=11)
+        .encode(x=alt.X("label_x:Q", scale=xs), y=alt.Y("label_y:Q", scale=ys), text="label:N")
     )
     return (line + leaders + points + labels).properties(width=PLOT_W, height=PLOT_H)
 
 
-def _ttq_chart(ttq: pd.DataFrame, metric: str, higher_is_better: bool, link_words: str, target: float | None) -> alt.Chart:
-    ttq = ttq.assign(line=[f"{lbl} ({src})" if src != "modeled" else lbl for lbl, src in zip(ttq["label"], ttq["source"])])
+def _ttq_chart(
+    ttq: pd.DataFrame, metric: str, higher_is_better: bool, link_words: str, target: float | None
+) -> alt.Chart:
+    ttq = ttq.assign(
+        line=[f"{lbl} ({src})" if src != "modeled" else lbl for lbl, src in zip(ttq["label"], ttq["source"])]
+    )
     x = alt.X("time_s:Q", title=f"modeled wall-clock seconds ({link_words})")
     y = alt.Y("metric:Q", scale=alt.Scale(zero=False, reverse=not higher_is_better), title=metric)
     lines = (
         alt.Chart(ttq)
         .mark_line(point=True)
-        .encode(x=x, y=y, color=alt.Color("line:N", title="entry / compressor", legend=alt.Legend(labelLimit=420)),
-                strokeDash=alt.StrokeDash("source:N", title="time"),
-                tooltip=["line:N", "step:Q", "time_s:Q", "metric:Q", "seeds:Q"])  # fmt: skip
+        .encode(
+            x=x,
+            y=y,
+            color=alt.Color("line:N", title="entry / compressor", legend=alt.Legend(labelLimit=420)),
+            strokeDash=alt.StrokeDash("source:N", title="time"),
+            tooltip=["line:N", "step:Q", "time_s:Q", "metric:Q", "seeds:Q"],
+        )
     )
     if target is not None and not math.isnan(target):
-        rule = alt.Chart(pd.DataFrame({"target": [target]})).mark_rule(color="#555", strokeDash=[2, 2]).encode(y="target:Q")
+        rule = (
+            alt.Chart(pd.DataFrame({"target": [target]}))
+            .mark_rule(color="#555", strokeDash=[2, 2])
+            .encode(y="target:Q")
+        )
         lines = lines + rule
     return lines.properties(width=PLOT_W, height=PLOT_H)
 
@@ -274,8 +317,11 @@ def _curves_chart(curves: pd.DataFrame, metric: str) -> alt.Chart:
         .encode(
             x=alt.X("step:Q", title="training step"),
             y=alt.Y("metric:Q", scale=alt.Scale(zero=False), title=metric),
-            color=alt.Color("label:N", title="entry / compressor" + (" / setup" if curves["setup"].nunique() > 1 else ""),
-                            legend=alt.Legend(labelLimit=420)),
+            color=alt.Color(
+                "label:N",
+                title="entry / compressor" + (" / setup" if curves["setup"].nunique() > 1 else ""),
+                legend=alt.Legend(labelLimit=420),
+            ),
             detail="seed:N",
             tooltip=["label:N", "seed:Q", "step:Q", "metric:Q", "train_loss:Q", "wall_s:Q"],
         )
@@ -305,8 +351,12 @@ def main(argv: list[str] | None = None) -> None:
     has_local, has_committed = bool(is_local.any()), bool((~is_local).any())
     include_local = True
     if has_local and has_committed:
-        include_local = sb.checkbox("Include local results", value=bool(st.session_state.get("_url_local", False)), key="local",
-                                    help="Results from your results store, not committed records: other machine, other load.")  # fmt: skip
+        include_local = sb.checkbox(
+            "Include local results",
+            value=bool(st.session_state.get("_url_local", False)),
+            key="local",
+            help="Results from your results store, not committed records: other machine, other load.",
+        )
         if not include_local:
             frame = frame[~is_local]
     shown = frame[frame["status"] == "ok"] if len(frame) else frame
@@ -315,7 +365,11 @@ def main(argv: list[str] | None = None) -> None:
             "No results to show yet. Run the benchmark (`mpcbench run` or `pytest suite`) to fill "
             "results/store.jsonl, or add a submission under records/ (see docs/leaderboard.md)."
         )
-        st.text("Sources read:\n" + "\n".join(f"  {p}" for p in [*stores, *records_dirs]) if stores or records_dirs else "No sources given.")
+        st.text(
+            "Sources read:\n" + "\n".join(f"  {p}" for p in [*stores, *records_dirs])
+            if stores or records_dirs
+            else "No sources given."
+        )
         _skipped(problems)
         return
 
@@ -323,29 +377,61 @@ def main(argv: list[str] | None = None) -> None:
     # ?entry=<entry id>: that entry's rows are what the reader came for (its first task by default)
     url_entry = str(st.session_state.get("_url_entry") or "")
     entry_tasks = sorted(shown.loc[shown["entry"] == url_entry, "task"].unique()) if " / " not in url_entry else []
-    task = sb.selectbox("Task", tasks, index=tasks.index(_url_default("task", tasks, (entry_tasks or tasks)[0])), key="task")
+    task = sb.selectbox(
+        "Task", tasks, index=tasks.index(_url_default("task", tasks, (entry_tasks or tasks)[0])), key="task"
+    )
     tiers_here = set(shown.loc[shown["task"] == task, "tier"])
     tiers = [t for t in TIER_ORDER if t in tiers_here] + sorted(tiers_here - set(TIER_ORDER))
-    tier = sb.selectbox("Tier", tiers, index=tiers.index(_url_default("tier", tiers, "quick" if "quick" in tiers else tiers[0])), key="tier")
+    tier = sb.selectbox(
+        "Tier",
+        tiers,
+        index=tiers.index(_url_default("tier", tiers, "quick" if "quick" in tiers else tiers[0])),
+        key="tier",
+    )
     rules = list(ranking.RULES)
-    rule = sb.selectbox("Ranking rule", rules, index=rules.index(_url_default("rule", rules, rules[0])),
-                        format_func=lambda r: ranking.RULES[r].title, key="rule")  # fmt: skip
+    rule = sb.selectbox(
+        "Ranking rule",
+        rules,
+        index=rules.index(_url_default("rule", rules, rules[0])),
+        format_func=lambda r: ranking.RULES[r].title,
+        key="rule",
+    )
     qualities = list(ranking.QUALITIES)
-    quality = sb.radio("Quality", qualities, index=qualities.index(_url_default("quality", qualities, "compressed")),
-                       format_func=QUALITY_LABELS.get, key="quality",
-                       help="The same trained model, evaluated with its compressor in the pipeline or without it.")  # fmt: skip
+    quality = sb.radio(
+        "Quality",
+        qualities,
+        index=qualities.index(_url_default("quality", qualities, "compressed")),
+        format_func=QUALITY_LABELS.get,
+        key="quality",
+        help="The same trained model, evaluated with its compressor in the pipeline or without it.",
+    )
     profiles = ranking.network_profiles(frame)
     network, link, link_words = _network_controls(sb, profiles)
     directions = list(DIRECTION_LABELS)
-    direction = sb.selectbox("Direction", directions, index=directions.index(_url_default("direction", directions, "total")),
-                             format_func=DIRECTION_LABELS.get, key="direction")  # fmt: skip
+    direction = sb.selectbox(
+        "Direction",
+        directions,
+        index=directions.index(_url_default("direction", directions, "total")),
+        format_func=DIRECTION_LABELS.get,
+        key="direction",
+    )
     min_ratio = None
     if rule == "quality_at_ratio":
-        min_ratio = sb.number_input("Minimum compression ratio (0: any)", min_value=0.0,
-                                    value=float(st.session_state.get("_url_min_ratio") or 0.0), step=0.5, key="min_ratio")  # fmt: skip
+        min_ratio = sb.number_input(
+            "Minimum compression ratio (0: any)",
+            min_value=0.0,
+            value=float(st.session_state.get("_url_min_ratio") or 0.0),
+            step=0.5,
+            key="min_ratio",
+        )
     sb.divider()
-    sb.text("Sources:\n" + "\n".join(f"  {os.path.relpath(p, REPO) if str(p).startswith(str(REPO)) else Path(p).name}"
-                                     for p in [*stores, *records_dirs]))  # fmt: skip
+    sb.text(
+        "Sources:\n"
+        + "\n".join(
+            f"  {os.path.relpath(p, REPO) if str(p).startswith(str(REPO)) else Path(p).name}"
+            for p in [*stores, *records_dirs]
+        )
+    )
 
     # ------------------------------------------------------------------ ranking
     if ranking.RULES[rule].needs_network and network is None:
@@ -356,9 +442,20 @@ def main(argv: list[str] | None = None) -> None:
     ranked = ranking.rank(agg, rule, min_ratio=min_ratio, network=network, direction=direction, quality=quality)
     metric = next((m for m in ranked["metric_name"] if m), "quality")
     higher = bool(ranked["higher_is_better"].iloc[0]) if len(ranked) else True
-    _write_url(dict(task=task, tier=tier, rule=rule, quality=quality, network=st.session_state.get("network"),
-                    bw=st.session_state.get("bw") if link else None, lat=st.session_state.get("lat") if link else None,
-                    direction=direction, min_ratio=min_ratio or None, local=include_local if has_local and has_committed else None))  # fmt: skip
+    _write_url(
+        dict(
+            task=task,
+            tier=tier,
+            rule=rule,
+            quality=quality,
+            network=st.session_state.get("network"),
+            bw=st.session_state.get("bw") if link else None,
+            lat=st.session_state.get("lat") if link else None,
+            direction=direction,
+            min_ratio=min_ratio or None,
+            local=include_local if has_local and has_committed else None,
+        )
+    )
 
     st.subheader("Ranking")
     desc = TASK_DESCRIPTIONS.get(task)
@@ -384,8 +481,9 @@ def main(argv: list[str] | None = None) -> None:
     # our own text only: the metric name is record text, so it goes in only when it is a plain word
     safe_metric = metric if re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,39}", metric) else "quality"
     st.markdown(f"**{explanation.title}.** {explanation.explain(safe_metric, higher_is_better=higher)}")
-    table = ranking.display_table(ranked, network=network, direction=direction, quality=quality,
-                                  mark_unresolved=rule == "quality_at_ratio")  # fmt: skip
+    table = ranking.display_table(
+        ranked, network=network, direction=direction, quality=quality, mark_unresolved=rule == "quality_at_ratio"
+    )
     # st.dataframe, not st.table: st.table renders markdown in cells, and record text must stay inert
     st.dataframe(
         table,
@@ -436,21 +534,33 @@ def main(argv: list[str] | None = None) -> None:
     st.subheader("Entry details")
     options = list(labels)
     first = own[0] if own else (options[0] if options else None)
-    pick = st.selectbox("Entry", options, index=options.index(_url_default("entry", options, first)) if options else 0,
-                        key="detail")  # fmt: skip
+    pick = st.selectbox(
+        "Entry", options, index=options.index(_url_default("entry", options, first)) if options else 0, key="detail"
+    )
     if pick:
         _write_url({"entry": pick})
         e, c, s = labels[pick]
         one = rows[(rows["entry"] == e) & (rows["compressor"] == c) & (rows["setup"] == s)]
         detail = ranking.entry_detail(load_details(one), task, tier, e, c, s)
         card = ranking.entry_card(detail)
-        st.dataframe(pd.DataFrame(card, columns=["", "value"]), hide_index=True, width="stretch", key="detail_card",
-                     height=_table_height(len(card)), column_config={"value": st.column_config.TextColumn(width="large")})  # fmt: skip
+        st.dataframe(
+            pd.DataFrame(card, columns=["", "value"]),
+            hide_index=True,
+            width="stretch",
+            key="detail_card",
+            height=_table_height(len(card)),
+            column_config={"value": st.column_config.TextColumn(width="large")},
+        )
         warnings = detail.get("warnings") or []
         if warnings:
             st.text(f"Warnings in this entry's records ({len(warnings)}):")
-            st.dataframe(pd.DataFrame(warnings, columns=["seed", "warning"]), hide_index=True, width="stretch",
-                         key="detail_warnings", column_config={"warning": st.column_config.TextColumn(width="large")})  # fmt: skip
+            st.dataframe(
+                pd.DataFrame(warnings, columns=["seed", "warning"]),
+                hide_index=True,
+                width="stretch",
+                key="detail_warnings",
+                column_config={"warning": st.column_config.TextColumn(width="large")},
+            )
         else:
             st.text("No warnings in this entry's records.")
         with st.expander("Raw records (JSON)", expanded=False):

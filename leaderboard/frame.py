@@ -109,8 +109,18 @@ def setup_label(record: dict[str, Any]) -> str:
     return ", ".join(p for p in parts if p)
 
 
-_SETUP_CONFIG_KEYS = ("stages", "dp", "schedule", "microbatches", "compress_warmup_steps", "mode", "device", "steps",
-                      "nnodes", "link")  # fmt: skip
+_SETUP_CONFIG_KEYS = (
+    "stages",
+    "dp",
+    "schedule",
+    "microbatches",
+    "compress_warmup_steps",
+    "mode",
+    "device",
+    "steps",
+    "nnodes",
+    "link",
+)
 
 
 def _setup_signature(record: dict[str, Any]) -> str:
@@ -230,13 +240,40 @@ def to_frame(records: Iterable[dict[str, Any]], *, details: bool = True) -> pd.D
 
 
 _BASE_COLUMNS = [
-    "record_id", "cell_key", "cell_id", "created", "entry", "entry_name", "submitter",
-    "task", "tier", "compressor", "setup", "seed", "status", "error", "metric_name", "higher_is_better",
-    "final_metric", "final_metric_uncompressed", "target", "reached_target_step",
+    "record_id",
+    "cell_key",
+    "cell_id",
+    "created",
+    "entry",
+    "entry_name",
+    "submitter",
+    "task",
+    "tier",
+    "compressor",
+    "setup",
+    "seed",
+    "status",
+    "error",
+    "metric_name",
+    "higher_is_better",
+    "final_metric",
+    "final_metric_uncompressed",
+    "target",
+    "reached_target_step",
     *[f"{k}_{d}" for k in ("raw_bytes", "wire_bytes", "ratio", "bytes_per_step") for d in BYTE_DIRECTIONS],
-    "step_s", "compute_s", "compress_s", "comm_s", "total_train_s", "wall_s", "link", "measured_link_step_s",
-    "modeled_link_step_s", "warnings", "n_warnings", "latest",
-]  # fmt: skip
+    "step_s",
+    "compute_s",
+    "compress_s",
+    "comm_s",
+    "total_train_s",
+    "wall_s",
+    "link",
+    "measured_link_step_s",
+    "modeled_link_step_s",
+    "warnings",
+    "n_warnings",
+    "latest",
+]
 
 
 def _flatten(r: dict[str, Any], details: bool = True) -> dict[str, Any]:
@@ -333,7 +370,9 @@ def _flatten(r: dict[str, Any], details: bool = True) -> dict[str, Any]:
         machine=machine_label(prov),
         load_1m=load_1m,
         load_15m=load_15m,
-        cpu_count=_num(machine.get("cpu_affinity")) if _pos_int(machine.get("cpu_affinity")) else _num(machine.get("cpu_count")),
+        cpu_count=_num(machine.get("cpu_affinity"))
+        if _pos_int(machine.get("cpu_affinity"))
+        else _num(machine.get("cpu_count")),
         code_version=(git + ("+dirty" if prov.get("git_dirty") is True else "")) if git else "",
         # the loader's ownership mark (leaderboard.submissions: is_maintainer); records built by hand: the name
         maintainers=r["is_maintainer"] is True if "is_maintainer" in r else row["entry"] == MAINTAINERS,
@@ -352,4 +391,3 @@ def _flatten(r: dict[str, Any], details: bool = True) -> dict[str, Any]:
     else:
         row["entry_info"] = json.dumps(info, sort_keys=True)
     return row
-

@@ -47,7 +47,9 @@ class Link:
     def name(self) -> str:
         """The column suffix for modeled times at this link, e.g. ``"3.16Gbps/200us"``, ``"1Mbps/10ms"``."""
         lat = self.latency_s
-        return f"{format_bandwidth(self.bandwidth_bps)}/" + (f"{lat * 1e3:.3g}ms" if lat >= 1e-3 else f"{lat * 1e6:.3g}us")
+        return f"{format_bandwidth(self.bandwidth_bps)}/" + (
+            f"{lat * 1e3:.3g}ms" if lat >= 1e-3 else f"{lat * 1e6:.3g}us"
+        )
 
     def profile(self) -> model.NetworkProfile:
         return model.NetworkProfile(self.name, float(self.bandwidth_bps), float(self.latency_s))
@@ -82,8 +84,10 @@ def stored_profile(link: Link, profiles: list[str]) -> str | None:
     """The stored profile that ``link`` is (same bandwidth and latency within 0.1%), if any."""
     for name in profiles:
         prof = model.PROFILES.get(name)
-        if prof and math.isclose(prof.bandwidth_bps, link.bandwidth_bps, rel_tol=1e-3) and math.isclose(
-            prof.latency_s, link.latency_s, rel_tol=1e-3, abs_tol=1e-9
+        if (
+            prof
+            and math.isclose(prof.bandwidth_bps, link.bandwidth_bps, rel_tol=1e-3)
+            and math.isclose(prof.latency_s, link.latency_s, rel_tol=1e-3, abs_tol=1e-9)
         ):
             return name
     return None

@@ -22,7 +22,17 @@ import pandas as pd
 from leaderboard.frame import BYTE_DIRECTIONS
 from leaderboard.networks import network_profiles
 
-__all__ = ["QUALITIES", "Rule", "QualityAtRatio", "TimeToTarget", "ParetoRank", "RULES", "rank", "pareto_ranks", "pareto_front"]
+__all__ = [
+    "QUALITIES",
+    "Rule",
+    "QualityAtRatio",
+    "TimeToTarget",
+    "ParetoRank",
+    "RULES",
+    "rank",
+    "pareto_ranks",
+    "pareto_front",
+]
 
 # which evaluation ranks: name -> (aggregate column, words for the page)
 QUALITIES = {
@@ -32,9 +42,7 @@ QUALITIES = {
 
 
 # --------------------------------------------------------------------------- Pareto
-def pareto_ranks(
-    df: pd.DataFrame, x: str, y: str, *, minimize_x: bool = True, maximize_y: bool = True
-) -> pd.Series:
+def pareto_ranks(df: pd.DataFrame, x: str, y: str, *, minimize_x: bool = True, maximize_y: bool = True) -> pd.Series:
     """Non-dominated sorting: 1 = on the frontier, 2 = on the frontier once rank 1 is removed, ...
 
     A point dominates another if it is at least as good on both axes and strictly better on
@@ -68,9 +76,7 @@ def pareto_ranks(
     return out
 
 
-def pareto_front(
-    df: pd.DataFrame, x: str, y: str, *, minimize_x: bool = True, maximize_y: bool = True
-) -> pd.Series:
+def pareto_front(df: pd.DataFrame, x: str, y: str, *, minimize_x: bool = True, maximize_y: bool = True) -> pd.Series:
     """Boolean mask of the rows on the Pareto frontier (rank 1 of :func:`pareto_ranks`)."""
     return (pareto_ranks(df, x, y, minimize_x=minimize_x, maximize_y=maximize_y) == 1).fillna(False).astype(bool)
 

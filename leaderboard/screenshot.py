@@ -92,16 +92,32 @@ def _stop(proc: subprocess.Popen, grace: float = 3.0) -> None:
 
 
 @contextlib.contextmanager
-def serve(app_args: list[str] = (), *, port: int | None = None, timeout: float = 60.0, env: dict | None = None) -> Iterator[str]:
+def serve(
+    app_args: list[str] = (), *, port: int | None = None, timeout: float = 60.0, env: dict | None = None
+) -> Iterator[str]:
     """Run ``streamlit run leaderboard/app.py -- *app_args`` headless; yield its URL; stop it after."""
     port = port or free_port()
     cmd = [
-        sys.executable, "-m", "streamlit", "run", str(APP),
-        "--server.headless", "true", "--server.port", str(port), "--server.address", "127.0.0.1",
-        "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-        "--client.toolbarMode", "viewer",
-        "--", *app_args,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(APP),
+        "--server.headless",
+        "true",
+        "--server.port",
+        str(port),
+        "--server.address",
+        "127.0.0.1",
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+        "--client.toolbarMode",
+        "viewer",
+        "--",
+        *app_args,
+    ]
     log = tempfile.TemporaryFile()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -134,13 +150,23 @@ class Browser:
 
         self.chromium = chromium or find_chromium()
         if not self.chromium:
-            raise FileNotFoundError("chromium not found: install it (apt-get install -y chromium) or set MPCBENCH_CHROMIUM")
+            raise FileNotFoundError(
+                "chromium not found: install it (apt-get install -y chromium) or set MPCBENCH_CHROMIUM"
+            )
         self.profile = tempfile.mkdtemp(prefix="mpcbench-chromium-")
         self.proc = subprocess.Popen(
-            [self.chromium, *CHROMIUM_FLAGS, f"--user-data-dir={self.profile}", "--remote-debugging-port=0",
-             f"--window-size={width},{height}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+            [
+                self.chromium,
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={self.profile}",
+                "--remote-debugging-port=0",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self._id = 0
         self._stack = contextlib.ExitStack()
         try:
@@ -248,7 +274,7 @@ class Browser:
         _stop(self.proc)
         shutil.rmtree(self.profile, ignore_errors=True)
 
-    def __enter__(self) -> "Browser":
+    def __enter__(self) -> Browser:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -258,8 +284,13 @@ class Browser:
 _LATENCY_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 
-def view_query(task: str | None = None, tier: str | None = None, rule: str | None = None, network: str | None = None,
-               entry: str | None = None) -> dict[str, str]:
+def view_query(
+    task: str | None = None,
+    tier: str | None = None,
+    rule: str | None = None,
+    network: str | None = None,
+    entry: str | None = None,
+) -> dict[str, str]:
     """The page's URL parameters for a view (see the module docstring); bad values raise ValueError."""
     q: dict[str, str] = {k: v for k, v in (("task", task), ("tier", tier), ("rule", rule), ("entry", entry)) if v}
     if network:

@@ -349,8 +349,20 @@ def _add_deltas(agg: pd.DataFrame, spread: Mapping[tuple[str, str], SeedSpread])
 
     Plain Python over row dicts: this runs for every row the page shows, and pandas' per-cell
     access would cost more than the statistics."""
-    cols = ["task", "tier", "setup", "entry", "machine", "compressor", "n", "metric_mean", "_var", "maintainers",
-            "code_versions", "metric_name"]  # fmt: skip
+    cols = [
+        "task",
+        "tier",
+        "setup",
+        "entry",
+        "machine",
+        "compressor",
+        "n",
+        "metric_mean",
+        "_var",
+        "maintainers",
+        "code_versions",
+        "metric_name",
+    ]
     rows = agg[cols].to_dict("records")
     for i, r in enumerate(rows):
         r["_i"] = i
@@ -360,11 +372,17 @@ def _add_deltas(agg: pd.DataFrame, spread: Mapping[tuple[str, str], SeedSpread])
             groups.setdefault((r["task"], r["tier"], r["setup"]), []).append(r)
     n_rows = len(rows)
     out: dict[str, list[Any]] = {
-        "baseline_entry": [""] * n_rows, "baseline_kind": [""] * n_rows, "baseline_same_machine": [pd.NA] * n_rows,
-        "baseline_same_code": [pd.NA] * n_rows, "delta": [math.nan] * n_rows, "p_value": [math.nan] * n_rows,
-        "significance": ["no baseline"] * n_rows, "mdd": [math.nan] * n_rows, "mdd_source": [""] * n_rows,
+        "baseline_entry": [""] * n_rows,
+        "baseline_kind": [""] * n_rows,
+        "baseline_same_machine": [pd.NA] * n_rows,
+        "baseline_same_code": [pd.NA] * n_rows,
+        "delta": [math.nan] * n_rows,
+        "p_value": [math.nan] * n_rows,
+        "significance": ["no baseline"] * n_rows,
+        "mdd": [math.nan] * n_rows,
+        "mdd_source": [""] * n_rows,
         "resolved": [pd.NA] * n_rows,
-    }  # fmt: skip
+    }
     for i, r in enumerate(rows):
         bases = groups.get((r["task"], r["tier"], r["setup"]))
         if not bases:
@@ -405,4 +423,8 @@ def _add_deltas(agg: pd.DataFrame, spread: Mapping[tuple[str, str], SeedSpread])
         if not math.isnan(mdd):
             out["resolved"][i] = abs(delta) >= mdd
     for k, v in out.items():
-        agg[k] = pd.Series(v, index=agg.index, dtype="boolean" if k in ("baseline_same_machine", "baseline_same_code", "resolved") else None)
+        agg[k] = pd.Series(
+            v,
+            index=agg.index,
+            dtype="boolean" if k in ("baseline_same_machine", "baseline_same_code", "resolved") else None,
+        )

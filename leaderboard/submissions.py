@@ -98,10 +98,16 @@ ENTRY_FIELDS: dict[str, tuple[bool, str]] = {
     "submitter": (True, "who submits it: a GitHub handle or an organisation (at most 100 characters)"),
     "date": (True, "submission date, YYYY-MM-DD"),
     "description": (False, "what the compressor does, a paper or repository link (at most 2000 characters)"),
-    "plugin": (False, "the plugin: a .py file inside the entry folder, or an importable module name; "
-                      "omit for entries that use only built-in compressors"),  # fmt: skip
-    "plugin_hash": (False, "required with a .py plugin: the first 16 hex digits of sha256 of the plugin "
-                           "file's text (what compressors.registry.source_hash records for its compressors)"),  # fmt: skip
+    "plugin": (
+        False,
+        "the plugin: a .py file inside the entry folder, or an importable module name; "
+        "omit for entries that use only built-in compressors",
+    ),
+    "plugin_hash": (
+        False,
+        "required with a .py plugin: the first 16 hex digits of sha256 of the plugin "
+        "file's text (what compressors.registry.source_hash records for its compressors)",
+    ),
 }
 
 
@@ -316,8 +322,10 @@ class _Budget:
         if self.n_problems <= MAX_PROBLEMS_PER_ENTRY:
             self.problems.append(Problem(where, reason))
         else:
-            self.stop(f"more than {MAX_PROBLEMS_PER_ENTRY} bad lines or files: stopped reading here; "
-                      "fix the ones listed (mpcbench validate <entry>) and the rest is read again")  # fmt: skip
+            self.stop(
+                f"more than {MAX_PROBLEMS_PER_ENTRY} bad lines or files: stopped reading here; "
+                "fix the ones listed (mpcbench validate <entry>) and the rest is read again"
+            )
 
     def stop(self, reason: str) -> None:
         if not self.stopped:
@@ -347,7 +355,9 @@ def _lines(path: Path, budget: _Budget):
                 return
             budget.bytes -= len(line)
             if budget.bytes < 0:
-                budget.stop(f"the entry's results files are over {MAX_ENTRY_BYTES} bytes together; the rest is not read")
+                budget.stop(
+                    f"the entry's results files are over {MAX_ENTRY_BYTES} bytes together; the rest is not read"
+                )
                 return
             lineno += 1
             if len(line) > MAX_LINE_BYTES:
@@ -412,8 +422,11 @@ def _load_jsonl(
                 continue
             loaded = {k: v for k, v in rec["provenance"].get("plugin_hashes", {}).items() if k.startswith("plugin:")}
             if plugin_hash and loaded and plugin_hash not in loaded.values():
-                budget.problem(where, f"record was run with other plugin code ({', '.join(f'{k}={v}' for k, v in loaded.items())}); "
-                                      f"entry.yaml says plugin_hash {plugin_hash}")  # fmt: skip
+                budget.problem(
+                    where,
+                    f"record was run with other plugin code ({', '.join(f'{k}={v}' for k, v in loaded.items())}); "
+                    f"entry.yaml says plugin_hash {plugin_hash}",
+                )
                 continue
             rid = rec["record_id"]
             if rid in known:
@@ -450,8 +463,12 @@ def load_store(
     problems: list[Problem] = []
     if not path.exists():
         return [], [Problem(str(path), "no such results file")]
-    attach = {"entry": entry, "submitter": submitter, "is_maintainer": False,
-              "entry_info": {"entry": entry, "name": entry, "verification": "not verified"}}  # fmt: skip
+    attach = {
+        "entry": entry,
+        "submitter": submitter,
+        "is_maintainer": False,
+        "entry_info": {"entry": entry, "name": entry, "verification": "not verified"},
+    }
     try:
         records = _load_jsonl(path, attach, _Budget(str(path), problems), {}, str(path), frozenset(skip_ids))
     except Exception as e:  # noqa: BLE001 - whatever a hostile file triggers, it is one line
@@ -497,7 +514,9 @@ def load_entry(
         return [], [Problem(str(entry_dir), f"entry skipped: {type(e).__name__}: {_one_line(e) or 'no message'}")]
 
 
-def _load_entry(entry_dir: Path, seen: dict[str, str], maintainers: frozenset[str]) -> tuple[list[dict[str, Any]], list[Problem]]:
+def _load_entry(
+    entry_dir: Path, seen: dict[str, str], maintainers: frozenset[str]
+) -> tuple[list[dict[str, Any]], list[Problem]]:
     label = str(entry_dir)
     if entry_dir.is_symlink() or not entry_dir.is_dir():
         return [], [Problem(label, "an entry must be a folder (not a symlink) holding entry.yaml and *.jsonl files")]
@@ -521,8 +540,12 @@ def _load_entry(entry_dir: Path, seen: dict[str, str], maintainers: frozenset[st
         problems.append(Problem(label, f"more than {MAX_FILES_PER_ENTRY} results files; only the first are read"))
         files = files[:MAX_FILES_PER_ENTRY]
     entry_info = {**info.to_dict(), "verification": verification_status(entry_dir)}
-    attach = {"entry": info.entry, "submitter": info.submitter, "entry_info": entry_info,
-              "is_maintainer": info.entry in maintainers}  # fmt: skip
+    attach = {
+        "entry": info.entry,
+        "submitter": info.submitter,
+        "entry_info": entry_info,
+        "is_maintainer": info.entry in maintainers,
+    }
     budget = _Budget(label, problems)
     records: list[dict[str, Any]] = []
     plugin_hash = info.plugin_hash if info.plugin.endswith(".py") else ""
@@ -541,8 +564,11 @@ def _first_commit_times(root: Path, names: Iterable[str]) -> dict[str, int]:
         try:
             r = subprocess.run(
                 ["git", "-C", str(root), "log", "--diff-filter=A", "--format=%ct", "--", name],
-                capture_output=True, text=True, timeout=20, check=False,
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=False,
+            )
             times = [int(t) for t in r.stdout.split()]
             if r.returncode == 0 and times:
                 out[name] = min(times)
@@ -584,10 +610,13 @@ def copies_to_drop(
                 drop.add((e, rid))
                 by_pair.setdefault((e, owner), []).append(rid)
     problems = [
-        Problem(str(root / entry), f"duplicate record_id: {len(ids)} record(s) copied from entry {owner!r} (e.g. {sorted(ids)[0]!r}) "
-                                   "were dropped: a record belongs to the entry that committed it first")
+        Problem(
+            str(root / entry),
+            f"duplicate record_id: {len(ids)} record(s) copied from entry {owner!r} (e.g. {sorted(ids)[0]!r}) "
+            "were dropped: a record belongs to the entry that committed it first",
+        )
         for (entry, owner), ids in sorted(by_pair.items())
-    ]  # fmt: skip
+    ]
     return drop, problems
 
 

@@ -50,8 +50,20 @@ def curve_frame(frame: pd.DataFrame, selection: Iterable[tuple[str, ...]] | None
     (entry, compressor) pairs (any setup) or (entry, compressor, setup) triples to keep (None:
     all). ``label`` is ``entry / compressor``, plus ``/ setup`` when the kept curves come from
     more than one setup (so two setups of one compressor are two lines)."""
-    cols = ["task", "tier", "entry", "compressor", "setup", "seed", "label", "step", "metric",
-            "metric_uncompressed", "train_loss", "wall_s"]  # fmt: skip
+    cols = [
+        "task",
+        "tier",
+        "entry",
+        "compressor",
+        "setup",
+        "seed",
+        "label",
+        "step",
+        "metric",
+        "metric_uncompressed",
+        "train_loss",
+        "wall_s",
+    ]
     rows = []
     if not frame.empty:
         sub = frame[(frame["status"] == "ok") & frame["latest"]]
@@ -65,11 +77,21 @@ def curve_frame(frame: pd.DataFrame, selection: Iterable[tuple[str, ...]] | None
                 if not isinstance(p, dict):
                     continue
                 rows.append(
-                    dict(task=r.task, tier=r.tier, entry=r.entry, compressor=r.compressor, setup=r.setup,
-                         seed=r.seed, label=label, step=_num(p.get("step")),
-                         metric=_num(p.get("metric")), metric_uncompressed=_num(p.get("metric_uncompressed")),
-                         train_loss=_num(p.get("train_loss")), wall_s=_num(p.get("wall_s")))
-                )  # fmt: skip
+                    dict(
+                        task=r.task,
+                        tier=r.tier,
+                        entry=r.entry,
+                        compressor=r.compressor,
+                        setup=r.setup,
+                        seed=r.seed,
+                        label=label,
+                        step=_num(p.get("step")),
+                        metric=_num(p.get("metric")),
+                        metric_uncompressed=_num(p.get("metric_uncompressed")),
+                        train_loss=_num(p.get("train_loss")),
+                        wall_s=_num(p.get("wall_s")),
+                    )
+                )
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -81,8 +103,12 @@ def entry_detail(
     line of the latest records (the ones the ranking counts), for the detail view. ``setup``
     picks the row of that setup (None: the records of every setup; the top-level ``setup`` is
     then None when they differ, each seed names its own)."""
-    g = frame[(frame["task"] == task) & (frame["tier"] == tier) & (frame["entry"] == entry)
-              & (frame["compressor"] == compressor)]  # fmt: skip
+    g = frame[
+        (frame["task"] == task)
+        & (frame["tier"] == tier)
+        & (frame["entry"] == entry)
+        & (frame["compressor"] == compressor)
+    ]
     if "setup" not in g:
         g = g.assign(setup="")
     if setup is not None:
@@ -97,13 +123,19 @@ def entry_detail(
             warned += [{"seed": r.seed, "warning": w} for w in r.warnings]
         seeds.append(
             {
-                "seed": r.seed, "setup": r.setup, "status": r.status, "error": r.error or None, "latest": bool(r.latest),
+                "seed": r.seed,
+                "setup": r.setup,
+                "status": r.status,
+                "error": r.error or None,
+                "latest": bool(r.latest),
                 "final_metric": None if math.isnan(r.final_metric) else r.final_metric,
                 "ratio_total": None if math.isnan(r.ratio_total) else round(r.ratio_total, 4),
                 "step_s": None if math.isnan(r.step_s) else r.step_s,
-                "warnings": list(r.warnings), "record_id": r.record_id, "created": r.created,
+                "warnings": list(r.warnings),
+                "record_id": r.record_id,
+                "created": r.created,
             }
-        )  # fmt: skip
+        )
     return {
         "entry": entry,
         "entry_info": _info(last.get("entry_info")) or {"name": last["entry_name"]},
@@ -134,8 +166,15 @@ def _info(v: Any) -> dict[str, Any]:
     return d if isinstance(d, dict) else {}
 
 
-def row_label(entry: str, compressor: str, setup: str = "", machine: str = "", *, with_setup: bool = False,
-              with_machine: bool = False) -> str:
+def row_label(
+    entry: str,
+    compressor: str,
+    setup: str = "",
+    machine: str = "",
+    *,
+    with_setup: bool = False,
+    with_machine: bool = False,
+) -> str:
     """``entry / compressor`` (+ ``/ setup``, ``/ machine`` where rows differ only by those)."""
     return f"{entry} / {compressor}" + (f" / {setup}" if with_setup else "") + (f" / {machine}" if with_machine else "")
 
@@ -186,8 +225,19 @@ def time_to_quality_frame(
         if ran_over:  # a run over a real or emulated link: its curve's wall-clock is the measured time
             kind = "measured" if ran_over == "real network" else "emulated"
             for p, k in zip(curve, steps):
-                points.append((label, r.entry, name, r.setup, k, _num(p.get("wall_s")), _num(p.get(key)), r.seed,
-                               f"{kind} {ran_over}"))  # fmt: skip
+                points.append(
+                    (
+                        label,
+                        r.entry,
+                        name,
+                        r.setup,
+                        k,
+                        _num(p.get("wall_s")),
+                        _num(p.get(key)),
+                        r.seed,
+                        f"{kind} {ran_over}",
+                    )
+                )
     long = pd.DataFrame(points, columns=cols[:-2] + ["seed", "source"])
     long = long.dropna(subset=["time_s", "metric"])
     if long.empty:
@@ -212,23 +262,35 @@ def entry_card(detail: dict[str, Any]) -> list[tuple[str, str]]:
     src = f"records/{detail['entry']}/{plugin}" if plugin.endswith(".py") else (plugin or "built-in compressors")
     commit = str(prov.get("git_commit") or "?")[:12] + (" (modified checkout)" if prov.get("git_dirty") else "")
     results = "; ".join(
-        f"seed {s['seed']}: {s['final_metric']:.4g}" if s.get("final_metric") is not None else f"seed {s['seed']}: {s['status']}"
-        for s in seeds if s.get("latest")
-    )  # fmt: skip
+        f"seed {s['seed']}: {s['final_metric']:.4g}"
+        if s.get("final_metric") is not None
+        else f"seed {s['seed']}: {s['status']}"
+        for s in seeds
+        if s.get("latest")
+    )
     rows = [
         ("entry", f"{info.get('name') or detail['entry']} ({detail['entry']})"),
         ("submitted by", f"{detail.get('submitter') or '?'}" + (f" on {info['date']}" if info.get("date") else "")),
         ("description", str(info.get("description") or "-")),
-        ("compressor", f"{detail['compressor']}  (forward: {detail['specs'].get('forward') or '-'}, "
-                       f"backward: {detail['specs'].get('backward') or '-'}, dp: {detail['specs'].get('dp') or '-'})"),
+        (
+            "compressor",
+            f"{detail['compressor']}  (forward: {detail['specs'].get('forward') or '-'}, "
+            f"backward: {detail['specs'].get('backward') or '-'}, dp: {detail['specs'].get('dp') or '-'})",
+        ),
         ("task / tier", f"{detail['task']} / {detail['tier']}"),
         ("setup", str(detail.get("setup") or "-")),
-        ("machine and load", machine_note(detail.get("machine") or "", detail.get("load_1m") or math.nan,
-                                          (prov.get("machine") or {}).get("cpu_affinity") or math.nan)),
+        (
+            "machine and load",
+            machine_note(
+                detail.get("machine") or "",
+                detail.get("load_1m") or math.nan,
+                (prov.get("machine") or {}).get("cpu_affinity") or math.nan,
+            ),
+        ),
         ("code version", f"{commit}, mpcbench {prov.get('mpcbench_version') or '?'}"),
         ("plugin source", f"{src}" + (f" (hash {detail['plugin_hash']})" if detail.get("plugin_hash") else "")),
         ("results", f"{len(ok)} ok seed(s): {results or '-'}"),
-    ]  # fmt: skip
+    ]
     return [(k, " ".join(v.split())[:2000]) for k, v in rows]
 
 
@@ -275,15 +337,19 @@ def display_table(
     several_setups = "setup" in ranked and ranked["setup"].nunique() > 1
     several_machines = "machine" in ranked and ranked["machine"].nunique() > 1
     names = [n for n in ranked.get("metric_name", pd.Series(dtype=str)) if n]
-    metric_header = (names[0] if names else "quality") + (" (no compression at eval)" if quality == "uncompressed" else "")
+    metric_header = (names[0] if names else "quality") + (
+        " (no compression at eval)" if quality == "uncompressed" else ""
+    )
     qcol = "metric_mean" if quality == "compressed" else "metric_uncompressed_mean"
     prev: tuple[float, str] | None = None  # (quality, rank text) of the ranked row above, per table
     for r in ranked.to_dict("records"):
         std = r.get("metric_std") if quality == "compressed" else math.nan
         q = _num(r.get(qcol, math.nan))
-        quality_text = "-" if r["n"] == 0 or math.isnan(q) else (
-            f"{q:.4f} ± {std:.4f} (n={r['n']})" if not math.isnan(std) else f"{q:.4f} (n={r['n']})"
-        )  # fmt: skip
+        quality_text = (
+            "-"
+            if r["n"] == 0 or math.isnan(q)
+            else (f"{q:.4f} ± {std:.4f} (n={r['n']})" if not math.isnan(std) else f"{q:.4f} (n={r['n']})")
+        )
         if r["significance"] in ("baseline", "no baseline", "no results"):
             delta = r["significance"]
         else:
@@ -291,10 +357,19 @@ def display_table(
             if r.get("resolved") is False:
                 delta += ", not resolved"
         if r.get("baseline_kind") == "maintainers":
-            delta += " (vs maintainers'" + ("" if r.get("baseline_same_machine") is not False else ", other machine") + ")"
+            delta += (
+                " (vs maintainers'" + ("" if r.get("baseline_same_machine") is not False else ", other machine") + ")"
+            )
         rank_text = "-" if pd.isna(r["rank"]) else str(int(r["rank"]))
         mdd = _num(r.get("mdd", math.nan))
-        if mark_unresolved and rank_text != "-" and prev is not None and not math.isnan(mdd) and not math.isnan(q) and abs(q - prev[0]) < mdd:
+        if (
+            mark_unresolved
+            and rank_text != "-"
+            and prev is not None
+            and not math.isnan(mdd)
+            and not math.isnan(q)
+            and abs(q - prev[0]) < mdd
+        ):
             rank_text += f" (≈{prev[1].split(' ')[0]})"
         if rank_text != "-":
             prev = (q, rank_text)
@@ -313,13 +388,15 @@ def display_table(
         row[f"bytes/step {direction}"] = _fmt_bytes(r.get(f"bytes_per_step_{direction}", math.nan))
         row["step time"] = _fmt(r.get("step_s", math.nan), ".3g", " s")
         row["train time"] = _fmt(r.get("total_train_s", math.nan), ".3g", " s")
-        row["measured on (load)"] = machine_note(r.get("machine", ""), r.get("load_1m", math.nan), r.get("cpu_count", math.nan))
+        row["measured on (load)"] = machine_note(
+            r.get("machine", ""), r.get("load_1m", math.nan), r.get("cpu_count", math.nan)
+        )
         if network and f"time_to_target_s@{network}" in r:
             t, reached = r[f"time_to_target_s@{network}"], r.get(f"reached@{network}", 0.0)
             k = int(round(reached * r["n"])) if r["n"] else 0
-            row[f"time-to-target @ {network}"] = "-" if r["n"] == 0 else (
-                "not reached" if math.isnan(t) else _fmt(t, ".3g", " s")
-            ) + f" ({k}/{r['n']})"
+            row[f"time-to-target @ {network}"] = (
+                "-" if r["n"] == 0 else ("not reached" if math.isnan(t) else _fmt(t, ".3g", " s")) + f" ({k}/{r['n']})"
+            )
         if r.get("n_failed"):
             row["failed"] = str(r["n_failed"])
         else:

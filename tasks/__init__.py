@@ -7,7 +7,19 @@ from __future__ import annotations
 
 import importlib
 
-from .api import did_you_mean, PRECISIONS, TIERS, Batch, autocast, DataMissingError, Metric, Task, TaskError, TierBudget, default_data_dir
+from .api import (
+    PRECISIONS,
+    TIERS,
+    Batch,
+    DataMissingError,
+    Metric,
+    Task,
+    TaskError,
+    TierBudget,
+    autocast,
+    default_data_dir,
+    did_you_mean,
+)
 
 __all__ = [
     "TIERS",
@@ -56,14 +68,16 @@ def get_task_class(name: str) -> type[Task]:
     if name in _EXTRA:
         return _EXTRA[name]
     if name not in _TASK_MODULES:
-        raise TaskError(f"unknown task {name!r}{did_you_mean(name, available_tasks())}; "
-                        f"valid tasks: {', '.join(available_tasks())}")
+        raise TaskError(
+            f"unknown task {name!r}{did_you_mean(name, available_tasks())}; valid tasks: {', '.join(available_tasks())}"
+        )
     module = importlib.import_module(_TASK_MODULES[name])
     return module.TASK
 
 
-def build_task(name: str, tier: str = "smoke", seed: int = 0, data_dir=None, features=frozenset(),
-               feature_options=None) -> Task:
+def build_task(
+    name: str, tier: str = "smoke", seed: int = 0, data_dir=None, features=frozenset(), feature_options=None
+) -> Task:
     """Instantiate a task by name; ``feature_options`` (feature -> options) configure enabled features."""
     task = get_task_class(name)(tier=tier, seed=seed, data_dir=data_dir, features=frozenset(features))
     if feature_options:

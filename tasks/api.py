@@ -98,16 +98,15 @@ class Batch:
     def __len__(self) -> int:
         return int(self.sample_ids.shape[0])
 
-    def split(self, n: int) -> list["Batch"]:
+    def split(self, n: int) -> list[Batch]:
         """Split into ``n`` equal micro-batches along dim 0 (batch size must divide)."""
         if len(self) % n:
             raise TaskError(f"batch of {len(self)} does not split into {n} equal micro-batches")
         return [
-            Batch(i, t, s)
-            for i, t, s in zip(self.inputs.chunk(n), self.targets.chunk(n), self.sample_ids.chunk(n))
+            Batch(i, t, s) for i, t, s in zip(self.inputs.chunk(n), self.targets.chunk(n), self.sample_ids.chunk(n))
         ]
 
-    def to(self, device: torch.device | str) -> "Batch":
+    def to(self, device: torch.device | str) -> Batch:
         return Batch(self.inputs.to(device), self.targets.to(device), self.sample_ids)
 
 
@@ -179,8 +178,10 @@ class Task(abc.ABC):
         features: frozenset[str] = frozenset(),
     ) -> None:
         if tier not in self.tiers:
-            raise TaskError(f"task {self.name!r}: unknown tier {tier!r}{did_you_mean(tier, self.tiers)}; "
-                            f"valid tiers: {', '.join(self.tiers)}")
+            raise TaskError(
+                f"task {self.name!r}: unknown tier {tier!r}{did_you_mean(tier, self.tiers)}; "
+                f"valid tiers: {', '.join(self.tiers)}"
+            )
         missing = set(features) - set(self.features)
         if missing:
             raise TaskError(
@@ -231,7 +232,7 @@ class Task(abc.ABC):
         return None
 
     # --- data ---------------------------------------------------------------------------
-    def to_device(self, device: torch.device) -> None:
+    def to_device(self, device: torch.device) -> None:  # noqa: B027 (an optional hook: most tasks need nothing)
         """Produce batches on ``device`` from now on (called once by the runtime before training).
 
         The default does nothing: batches are built on the CPU and the runtime moves each
@@ -266,7 +267,11 @@ class Task(abc.ABC):
             "train_samples": b.train_samples,
             "eval_samples": b.eval_samples,
             "features": sorted(self.enabled_features),
-            **({"feature_options": {k: dict(v) for k, v in self.feature_options.items()}} if self.feature_options else {}),
+            **(
+                {"feature_options": {k: dict(v) for k, v in self.feature_options.items()}}
+                if self.feature_options
+                else {}
+            ),
             **{f"extra.{k}": v for k, v in b.extra.items()},
         }
 

@@ -78,7 +78,9 @@ def _decode_archive(archive: Path) -> dict[str, np.ndarray]:
         out[f"{split}_x"] = torch.stack(images).numpy()  # (N, 3, 32, 32) uint8
         out[f"{split}_y"] = np.array([c for _, c, _ in items], dtype=np.int64)
     if len(out["train_x"]) != N_TRAIN or len(out["test_x"]) != 10_000:
-        raise DataMissingError(f"{archive}: found {len(out['train_x'])} train / {len(out['test_x'])} test images, expected 50000 / 10000")
+        raise DataMissingError(
+            f"{archive}: found {len(out['train_x'])} train / {len(out['test_x'])} test images, expected 50000 / 10000"
+        )
     return out
 
 
@@ -102,16 +104,22 @@ def load_cifar10(data_dir: Path) -> dict[str, np.ndarray]:
     pickled = data_dir / "cifar-10-batches-py"
     if pickled.is_dir():
         try:
-            return cached_arrays("cifar10-tv", source_key(pickled / "data_batch_1"), lambda: _torchvision_arrays(data_dir, False))
+            return cached_arrays(
+                "cifar10-tv", source_key(pickled / "data_batch_1"), lambda: _torchvision_arrays(data_dir, False)
+            )
         except (RuntimeError, OSError) as e:  # torchvision: "Dataset not found or corrupted"
-            raise DataMissingError(f"CIFAR-10 in {pickled} is incomplete or corrupted ({e}); replace it or put {JPG_ARCHIVE} in {data_dir}") from None
+            raise DataMissingError(
+                f"CIFAR-10 in {pickled} is incomplete or corrupted ({e}); replace it or put {JPG_ARCHIVE} in {data_dir}"
+            ) from None
     where = f"put {JPG_ARCHIVE} (ImageFolder train/<class>/*.jpg, test/...) or torchvision's cifar-10-batches-py in {data_dir} (--data-dir / $MPCBENCH_DATA_DIR)"
     if offline():
         raise DataMissingError(f"CIFAR-10 not found: {where}; or unset MPCBENCH_OFFLINE to let torchvision download it")
     try:  # torchvision downloads cifar-10-batches-py into the data dir
         _torchvision_arrays(data_dir, True)
     except Exception as e:  # offline, proxy, read-only data dir...
-        raise DataMissingError(f"CIFAR-10 not found and torchvision's download into {data_dir} failed ({type(e).__name__}: {e}); {where}") from None
+        raise DataMissingError(
+            f"CIFAR-10 not found and torchvision's download into {data_dir} failed ({type(e).__name__}: {e}); {where}"
+        ) from None
     return load_cifar10(data_dir)
 
 
@@ -205,23 +213,61 @@ class Cifar10(Task):
     stage_choices = (2, 4)
     tiers = {
         # seconds on a CPU: an eighth-width net, a few steps, tiny subsets
-        "smoke": TierBudget(steps=4, batch_size=16, microbatches=2, eval_every=2, target=0.15, lr=0.05,
-                            eval_samples=64, train_samples=512, warmup_steps=0, extra={"width": 8}),
+        "smoke": TierBudget(
+            steps=4,
+            batch_size=16,
+            microbatches=2,
+            eval_every=2,
+            target=0.15,
+            lr=0.05,
+            eval_samples=64,
+            train_samples=512,
+            warmup_steps=0,
+            extra={"width": 8},
+        ),
         # calibrated on the 2-core CPU (docs/tasks.md): eighth width, a fixed pool of 2560 images
         # seen 12 times (AQ-SGD sends deltas from the second visit on), 2048 test images
         # (binomial noise ~1.1 points); the baseline still climbs at 120 steps, so 480
-        "quick": TierBudget(steps=480, batch_size=64, microbatches=4, eval_every=120, target=0.45, lr=0.2,
-                            eval_samples=2048, train_samples=2560, warmup_steps=20, extra={"width": 8}),
+        "quick": TierBudget(
+            steps=480,
+            batch_size=64,
+            microbatches=4,
+            eval_every=120,
+            target=0.45,
+            lr=0.2,
+            eval_samples=2048,
+            train_samples=2560,
+            warmup_steps=20,
+            extra={"width": 8},
+        ),
         # the real thing (GPU): 30 epochs of 390 steps at batch 128, full test set
-        "full": TierBudget(steps=11_700, batch_size=128, microbatches=4, eval_every=390, target=0.90, lr=0.1,
-                           eval_samples=None, warmup_steps=390, extra={"width": 64}),
+        "full": TierBudget(
+            steps=11_700,
+            batch_size=128,
+            microbatches=4,
+            eval_every=390,
+            target=0.90,
+            lr=0.1,
+            eval_samples=None,
+            warmup_steps=390,
+            extra={"width": 64},
+        ),
         # one GPU, fast: full width, 15 epochs of 98 steps at batch 512 (micro-batches of 128),
         # bf16 autocast, channels_last, data resident on the GPU, label smoothing 0.2, 2 warm-up
         # epochs then cosine; time-to-target = time to 93% test accuracy (the H100 goal: < 60 s).
         # Not yet calibrated on a GPU: see docs/performance.md.
-        "gpu": TierBudget(steps=1_465, batch_size=512, microbatches=4, eval_every=98, target=0.93, lr=0.4,
-                          eval_samples=None, warmup_steps=196, precision="bf16",
-                          extra={"width": 64, "channels_last": True, "label_smoothing": 0.2, "eval_batch_size": 1000}),
+        "gpu": TierBudget(
+            steps=1_465,
+            batch_size=512,
+            microbatches=4,
+            eval_every=98,
+            target=0.93,
+            lr=0.4,
+            eval_samples=None,
+            warmup_steps=196,
+            precision="bf16",
+            extra={"width": 64, "channels_last": True, "label_smoothing": 0.2, "eval_batch_size": 1000},
+        ),
     }
 
     def __init__(self, tier="smoke", seed=0, data_dir=None, features=frozenset()) -> None:

@@ -119,9 +119,7 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def cached_arrays(
-    name: str, key: str, build: Callable[[], Mapping[str, np.ndarray]]
-) -> dict[str, np.ndarray]:
+def cached_arrays(name: str, key: str, build: Callable[[], Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Arrays ``build()`` returns, computed once and memory-mapped from the cache afterwards.
 
     Stored as ``<cache_dir>/<name>-<key>/<array>.npy`` plus ``meta.json`` written last (a

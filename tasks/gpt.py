@@ -130,7 +130,9 @@ class Embedding(nn.Module):
             nn.init.normal_(e.weight, std=0.02)
         self.drop = nn.Dropout(cfg.dropout)
         self.register_buffer("basis", None if subspace is None else subspace.basis.clone(), persistent=False)
-        self.register_buffer("token_table", None if subspace is None else subspace.token_table.clone(), persistent=False)
+        self.register_buffer(
+            "token_table", None if subspace is None else subspace.token_table.clone(), persistent=False
+        )
 
     def forward(self, ids: Tensor) -> Tensor:
         pos = torch.arange(ids.shape[1], device=ids.device)
@@ -177,7 +179,9 @@ class GPT(nn.Module):
 class GPTStage(nn.Module):
     """Embedding (first stage), a run of blocks, head (last stage); ``forward(x, ids)``."""
 
-    def __init__(self, embed: Embedding | None, blocks: list[Block], head: Head | None, subspace: ResidualSubspace | None) -> None:
+    def __init__(
+        self, embed: Embedding | None, blocks: list[Block], head: Head | None, subspace: ResidualSubspace | None
+    ) -> None:
         super().__init__()
         self.embed = embed
         self.blocks = nn.ModuleList(blocks)
@@ -203,7 +207,12 @@ def split_gpt(model: GPT, n_stages: int) -> list[GPTStage]:
     for i, size in enumerate(sizes):
         blocks = list(model.blocks[start : start + size])
         start += size
-        stages.append(GPTStage(
-            model.embed if i == 0 else None, blocks, model.head if i == n_stages - 1 else None, model.subspace,
-        ))
+        stages.append(
+            GPTStage(
+                model.embed if i == 0 else None,
+                blocks,
+                model.head if i == n_stages - 1 else None,
+                model.subspace,
+            )
+        )
     return stages

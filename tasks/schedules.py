@@ -32,9 +32,7 @@ def warmup_cosine(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def warmup_linear(
-    optimizer: torch.optim.Optimizer, steps: int, warmup: int = 0
-) -> torch.optim.lr_scheduler.LambdaLR:
+def warmup_linear(optimizer: torch.optim.Optimizer, steps: int, warmup: int = 0) -> torch.optim.lr_scheduler.LambdaLR:
     """Linear warm-up over ``warmup`` steps, then linear decay to 0 after the last step (BERT fine-tuning)."""
 
     def factor(s: int) -> float:

@@ -73,27 +73,60 @@ class Shakespeare(Task):
     stage_choices = (2, 3, 4)
     features = frozenset({"residual_subspace"})
     tiers = {
-        "smoke": TierBudget(steps=4, batch_size=8, microbatches=2, eval_every=2, target=3.5, lr=3e-3,
-                            eval_samples=16, train_samples=64, warmup_steps=0,
-                            extra={"n_layer": 4, "n_head": 2, "n_embd": 32, "block_size": 32, "dropout": 0.0,
-                                   "subspace_rank": 4}),
+        "smoke": TierBudget(
+            steps=4,
+            batch_size=8,
+            microbatches=2,
+            eval_every=2,
+            target=3.5,
+            lr=3e-3,
+            eval_samples=16,
+            train_samples=64,
+            warmup_steps=0,
+            extra={"n_layer": 4, "n_head": 2, "n_embd": 32, "block_size": 32, "dropout": 0.0, "subspace_rank": 4},
+        ),
         # calibrated on the 2-core CPU (docs/tasks.md): nanoGPT's "baby GPT" for CPUs, 2048 windows
         # of 64 chars seen ~4.7 times, 256 validation windows; the loss still falls at 150 steps, so 300
-        "quick": TierBudget(steps=300, batch_size=32, microbatches=4, eval_every=60, target=2.35, lr=3e-3,
-                            eval_samples=256, train_samples=2048, warmup_steps=20,
-                            extra={"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "dropout": 0.0,
-                                   "subspace_rank": 16}),
+        "quick": TierBudget(
+            steps=300,
+            batch_size=32,
+            microbatches=4,
+            eval_every=60,
+            target=2.35,
+            lr=3e-3,
+            eval_samples=256,
+            train_samples=2048,
+            warmup_steps=20,
+            extra={"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "dropout": 0.0, "subspace_rank": 16},
+        ),
         # nanoGPT's config/train_shakespeare_char.py: 5000 iters at batch 64 x 256 chars
-        "full": TierBudget(steps=5_000, batch_size=64, microbatches=4, eval_every=250, target=1.55, lr=1e-3,
-                           eval_samples=None, train_samples=None, warmup_steps=100,
-                           extra={"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "dropout": 0.2,
-                                  "subspace_rank": 48}),
+        "full": TierBudget(
+            steps=5_000,
+            batch_size=64,
+            microbatches=4,
+            eval_every=250,
+            target=1.55,
+            lr=1e-3,
+            eval_samples=None,
+            train_samples=None,
+            warmup_steps=100,
+            extra={"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "dropout": 0.2, "subspace_rank": 48},
+        ),
         # one GPU, fast: the full tier's model for 2000 steps, bf16 autocast. Target not yet
         # calibrated on a GPU (docs/performance.md).
-        "gpu": TierBudget(steps=2_000, batch_size=64, microbatches=4, eval_every=250, target=1.70, lr=1e-3,
-                          eval_samples=None, train_samples=None, warmup_steps=100, precision="bf16",
-                          extra={"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "dropout": 0.2,
-                                 "subspace_rank": 48}),
+        "gpu": TierBudget(
+            steps=2_000,
+            batch_size=64,
+            microbatches=4,
+            eval_every=250,
+            target=1.70,
+            lr=1e-3,
+            eval_samples=None,
+            train_samples=None,
+            warmup_steps=100,
+            precision="bf16",
+            extra={"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "dropout": 0.2, "subspace_rank": 48},
+        ),
     }
 
     def __init__(self, tier="smoke", seed=0, data_dir=None, features=frozenset()) -> None:
@@ -123,8 +156,12 @@ class Shakespeare(Task):
     def config(self) -> GPTConfig:
         e = self.budget.extra
         return GPTConfig(
-            vocab_size=len(self.vocab), block_size=self.block_size, n_layer=e["n_layer"], n_head=e["n_head"],
-            n_embd=e["n_embd"], dropout=e["dropout"],
+            vocab_size=len(self.vocab),
+            block_size=self.block_size,
+            n_layer=e["n_layer"],
+            n_head=e["n_head"],
+            n_embd=e["n_embd"],
+            dropout=e["dropout"],
             subspace_rank=self.subspace_rank() if "residual_subspace" in self.enabled_features else None,
             subspace_seed=self.seed,
         )
@@ -145,7 +182,9 @@ class Shakespeare(Task):
 
     def build_stages(self, n_stages: int) -> list[nn.Module]:
         if n_stages not in self.stage_choices:
-            raise TaskError(f"task 'shakespeare' cannot be split into {n_stages} stages; valid: {', '.join(map(str, self.stage_choices))}")
+            raise TaskError(
+                f"task 'shakespeare' cannot be split into {n_stages} stages; valid: {', '.join(map(str, self.stage_choices))}"
+            )
         return split_gpt(self.build_model(), n_stages)
 
     def model_features(self, stages: list[nn.Module]) -> dict:

@@ -39,12 +39,12 @@ from typing import Iterator
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
 
 # The default encoder's model code, imported with this module rather than lazily inside
 # AutoModel.from_pretrained: importing it costs 10-20 s on a small CPU, and the runner's fork
 # server imports a task module once, so every forked cell then starts without paying it.
 import transformers.models.bert.modeling_bert  # noqa: F401
+from torch import Tensor, nn
 
 from .api import Batch, DataMissingError, Metric, Task, TaskError, TierBudget
 from .data import SampleOrder, cached_arrays, fetch, fixed_subset, require, source_key
@@ -81,9 +81,13 @@ def _pretrained(model: str) -> nn.Module:
     try:
         encoder = AutoModel.from_pretrained(model, dtype=torch.float32)  # fp32 master weights whatever the file holds
     except OSError as e:
-        raise DataMissingError(f"task 'sst2': cannot load pretrained model {model!r} ({e}); set MPCBENCH_SST2_MODEL to a local folder or a reachable hub id") from None
+        raise DataMissingError(
+            f"task 'sst2': cannot load pretrained model {model!r} ({e}); set MPCBENCH_SST2_MODEL to a local folder or a reachable hub id"
+        ) from None
     if not (hasattr(encoder, "embeddings") and hasattr(getattr(encoder, "encoder", None), "layer")):
-        raise TaskError(f"task 'sst2': model {model!r} ({type(encoder).__name__}) is not BERT-family (needs .embeddings and .encoder.layer)")
+        raise TaskError(
+            f"task 'sst2': model {model!r} ({type(encoder).__name__}) is not BERT-family (needs .embeddings and .encoder.layer)"
+        )
     return encoder
 
 
@@ -125,7 +129,9 @@ def load_sst2(data_dir: Path, model: str, max_len: int) -> dict[str, np.ndarray]
     train, dev = data_dir / "sst2" / "train.tsv", data_dir / "sst2" / "dev.tsv"
     require(train, how, lambda: _download_glue_sst2(data_dir / "sst2"))
     require(dev, how, lambda: _download_glue_sst2(data_dir / "sst2"))
-    model_files = [Path(model) / f for f in ("tokenizer.json", "vocab.txt", "tokenizer_config.json") if (Path(model) / f).exists()]
+    model_files = [
+        Path(model) / f for f in ("tokenizer.json", "vocab.txt", "tokenizer_config.json") if (Path(model) / f).exists()
+    ]
 
     def build() -> dict[str, np.ndarray]:
         tok = _tokenizer(model)
@@ -215,20 +221,59 @@ class Sst2(Task):
     stage_choices = (2, 3)
     tiers = {
         # seconds on a CPU: the first 3 pretrained layers only, a few steps, tiny subsets
-        "smoke": TierBudget(steps=3, batch_size=8, microbatches=2, eval_every=3, target=0.55, lr=1e-4,
-                            eval_samples=32, train_samples=64, extra={"max_len": 64, "n_layers": 3}),
+        "smoke": TierBudget(
+            steps=3,
+            batch_size=8,
+            microbatches=2,
+            eval_every=3,
+            target=0.55,
+            lr=1e-4,
+            eval_samples=32,
+            train_samples=64,
+            extra={"max_len": 64, "n_layers": 3},
+        ),
         # calibrated on the 2-core CPU (docs/tasks.md): the first 3 layers, a fixed pool of 256
         # sentences seen 4 times, all 872 dev sentences (binomial noise ~1.4 points)
-        "quick": TierBudget(steps=64, batch_size=16, microbatches=4, eval_every=16, target=0.73, lr=1e-4,
-                            eval_samples=None, train_samples=256, warmup_steps=6, extra={"max_len": 64, "n_layers": 3}),
+        "quick": TierBudget(
+            steps=64,
+            batch_size=16,
+            microbatches=4,
+            eval_every=16,
+            target=0.73,
+            lr=1e-4,
+            eval_samples=None,
+            train_samples=256,
+            warmup_steps=6,
+            extra={"max_len": 64, "n_layers": 3},
+        ),
         # published setting: the whole training set for 3 epochs at batch 32, full dev set
-        "full": TierBudget(steps=6_315, batch_size=32, microbatches=4, eval_every=500, target=0.88, lr=5e-5,
-                           eval_samples=None, train_samples=None, warmup_steps=380, extra={"max_len": 64}),
+        "full": TierBudget(
+            steps=6_315,
+            batch_size=32,
+            microbatches=4,
+            eval_every=500,
+            target=0.88,
+            lr=5e-5,
+            eval_samples=None,
+            train_samples=None,
+            warmup_steps=380,
+            extra={"max_len": 64},
+        ),
         # one GPU, fast: all 6 layers, one epoch of the training set at batch 64, bf16 autocast,
         # full dev set. Target not yet calibrated on a GPU (docs/performance.md).
-        "gpu": TierBudget(steps=1_052, batch_size=64, microbatches=4, eval_every=263, target=0.85, lr=1e-4,
-                          eval_samples=None, train_samples=None, warmup_steps=100, precision="bf16",
-                          extra={"max_len": 64, "eval_batch_size": 512}),
+        "gpu": TierBudget(
+            steps=1_052,
+            batch_size=64,
+            microbatches=4,
+            eval_every=263,
+            target=0.85,
+            lr=1e-4,
+            eval_samples=None,
+            train_samples=None,
+            warmup_steps=100,
+            precision="bf16",
+            extra={"max_len": 64, "eval_batch_size": 512},
+        ),
     }
 
     def __init__(self, tier="smoke", seed=0, data_dir=None, features=frozenset(), model: str | None = None) -> None:
@@ -261,7 +306,9 @@ class Sst2(Task):
 
     def build_stages(self, n_stages: int) -> list[nn.Module]:
         if n_stages not in self.stage_choices:
-            raise TaskError(f"task 'sst2' cannot be split into {n_stages} stages; valid: {', '.join(map(str, self.stage_choices))}")
+            raise TaskError(
+                f"task 'sst2' cannot be split into {n_stages} stages; valid: {', '.join(map(str, self.stage_choices))}"
+            )
         model = self.build_model()
         ranges = split_layers(len(model.encoder.encoder.layer), n_stages)
         return [
@@ -301,7 +348,9 @@ class Sst2(Task):
         ids = fixed_subset(len(tokens), b.eval_samples, salt=1)
         size = int(b.extra.get("eval_batch_size", b.batch_size))
         for c in ids.split(size):
-            yield Batch(torch.from_numpy(tokens[c.numpy()].astype(np.int64)), torch.from_numpy(y[c.numpy()]), c + N_TRAIN)
+            yield Batch(
+                torch.from_numpy(tokens[c.numpy()].astype(np.int64)), torch.from_numpy(y[c.numpy()]), c + N_TRAIN
+            )
 
     def describe(self) -> dict:
         return {**super().describe(), "model": self.model_label}

@@ -88,8 +88,10 @@ def run_unsplit(
     optimizers = [task.make_optimizer(list(s.parameters())) for s in stages]
     schedulers = [task.make_scheduler(o) for o in optimizers]
     if log:
-        log(f"{task.name}/{task.tier}: {sum(p.numel() for s in stages for p in s.parameters()):,} parameters, "
-            f"{len(stages)} stages, {b.steps} steps x {b.batch_size} samples, M={M}")  # fmt: skip
+        log(
+            f"{task.name}/{task.tier}: {sum(p.numel() for s in stages for p in s.parameters()):,} parameters, "
+            f"{len(stages)} stages, {b.steps} steps x {b.batch_size} samples, M={M}"
+        )
     run = UnsplitRun(losses=[])
     step_losses: list[torch.Tensor] = []  # per step: mean micro-batch loss, read when needed (no sync per step)
     hib = task.metric.higher_is_better
@@ -124,14 +126,16 @@ def run_unsplit(
             if math.isnan(run.to_target_s) and (metric >= b.target if hib else metric <= b.target):
                 run.to_target_s = run.train_s
             if log:
-                recent = [float(l) for l in step_losses[len(run.losses):]]
-                log(f"step {done:5d}  train loss {sum(recent) / len(recent):.4f}  {task.metric.name} {metric:.4f}  "
-                    f"train {run.train_s:.1f}s")  # fmt: skip
-            run.losses += [float(l) for l in step_losses[len(run.losses):]]
+                recent = [float(l) for l in step_losses[len(run.losses) :]]
+                log(
+                    f"step {done:5d}  train loss {sum(recent) / len(recent):.4f}  {task.metric.name} {metric:.4f}  "
+                    f"train {run.train_s:.1f}s"
+                )
+            run.losses += [float(l) for l in step_losses[len(run.losses) :]]
             t0 = time.perf_counter()
     if not evaluate_every:
         run.train_s = time.perf_counter() - t0
-    run.losses += [float(l) for l in step_losses[len(run.losses):]]
+    run.losses += [float(l) for l in step_losses[len(run.losses) :]]
     return run
 
 
@@ -141,8 +145,12 @@ def train(task: Task, n_stages: int | None = None, log=print, device: str | torc
     run = run_unsplit(task, n_stages, device=device, log=log)
     last = run.curve[-2][0] if len(run.curve) > 1 else 0
     tail = run.losses[last:]
-    return {"metric": run.metric, "train_loss": sum(tail) / len(tail) if tail else float("nan"),
-            "train_s": run.train_s, "to_target_s": run.to_target_s}  # fmt: skip
+    return {
+        "metric": run.metric,
+        "train_loss": sum(tail) / len(tail) if tail else float("nan"),
+        "train_s": run.train_s,
+        "to_target_s": run.to_target_s,
+    }
 
 
 def main(task_cls: type[Task], argv: list[str] | None = None) -> int:
@@ -162,6 +170,8 @@ def main(task_cls: type[Task], argv: list[str] | None = None) -> int:
     out = train(task, args.stages, device=args.device)
     t_target = out["to_target_s"]
     reached = "not reached" if math.isnan(t_target) else f"reached after {t_target:.1f}s of training"
-    print(f"final {task.metric.name} {out['metric']:.4f}  (train {out['train_s']:.1f}s, "
-          f"target {task.budget.target} {reached}, total {time.perf_counter() - t:.1f}s)")
+    print(
+        f"final {task.metric.name} {out['metric']:.4f}  (train {out['train_s']:.1f}s, "
+        f"target {task.budget.target} {reached}, total {time.perf_counter() - t:.1f}s)"
+    )
     return 0

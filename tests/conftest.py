@@ -9,7 +9,7 @@ import pytest
 # the contract's asserts explain themselves (tests/compressors/test_roundtrip.py imports them)
 pytest.register_assert_rewrite("compressors.contract")
 
-from fixtures.processes import processes_with_env as _processes_with_env
+from fixtures.processes import processes_with_env as _processes_with_env  # noqa: E402 (after the assert-rewrite hook)
 
 
 @pytest.fixture

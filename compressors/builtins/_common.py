@@ -9,9 +9,15 @@ from torch import Tensor
 from ..api import TensorInfo, check_finite
 
 __all__ = [
-    "device_generator", "counter_key", "counter_hash", "hash32", "hash32_numpy", "matrix_shape", "require_finite",
+    "device_generator",
+    "counter_key",
+    "counter_hash",
+    "hash32",
+    "hash32_numpy",
+    "matrix_shape",
+    "require_finite",
     "finite_summary",
-]  # fmt: skip
+]
 
 _M32 = 0xFFFFFFFF
 _M64 = (1 << 64) - 1

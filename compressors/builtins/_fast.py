@@ -35,8 +35,16 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    "fused", "Fused", "compile_mode", "nonzero_1d", "row_minmax", "abs_ge", "quant_codes", "dequant", "fp8_decode",
-]  # fmt: skip
+    "fused",
+    "Fused",
+    "compile_mode",
+    "nonzero_1d",
+    "row_minmax",
+    "abs_ge",
+    "quant_codes",
+    "dequant",
+    "fp8_decode",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -156,8 +156,11 @@ class AQSGD(Compressor):
         self.bits = check_range("aqsgd", "bits", bits, 1, 8, integer=True)
         self.store_dtype = check_choice("aqsgd", "store", store, _STORE_DTYPES)
         self.grads = check_choice("aqsgd", "grads", grads, ("direct", "delta"))
-        self.quant = Quant(bits=bits, scale=check_choice("aqsgd", "scale", scale, ("tensor", "row", "block")),
-                           rounding=check_choice("aqsgd", "rounding", rounding, ("nearest", "stochastic")))
+        self.quant = Quant(
+            bits=bits,
+            scale=check_choice("aqsgd", "scale", scale, ("tensor", "row", "block")),
+            rounding=check_choice("aqsgd", "rounding", rounding, ("nearest", "stochastic")),
+        )
         self.quant.name = "aqsgd"
         self._dir: str | None = None  # created on first use, removed by reset() / GC
         self._finalizer: weakref.finalize | None = None

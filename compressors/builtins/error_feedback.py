@@ -114,7 +114,7 @@ class _Wrapper(Compressor):
     def modules(self) -> Iterator[nn.Module]:
         return iter(())  # a fixed inner code has no trainable modules (differentiable is refused)
 
-    def to(self, device: torch.device) -> "Compressor":
+    def to(self, device: torch.device) -> Compressor:
         self.inner.to(device)
         self._mirror.to(device)
         for states in self._state_dicts():
@@ -223,7 +223,7 @@ class _Residual:
     def nbytes(self) -> int:
         return self.e.numel() * self.e.element_size()
 
-    def to(self, device: torch.device) -> "_Residual":
+    def to(self, device: torch.device) -> _Residual:
         return _Residual(self.e.to(device))
 
 
@@ -237,7 +237,7 @@ class ErrorFeedback(_Wrapper):
             gradients), sample or microbatch; see the module docstring.
     """
 
-    def __new__(cls, inner: Compressor | None = None, memory: str = "auto") -> "ErrorFeedback":
+    def __new__(cls, inner: Compressor | None = None, memory: str = "auto") -> ErrorFeedback:
         # The runtime picks the data-parallel path from whether the *class* overrides reduce,
         # so only wrappers of a compressor with its own reduce (PowerSGD) get one.
         if cls is ErrorFeedback and isinstance(inner, Compressor) and _has_reduce(inner):
@@ -313,7 +313,7 @@ class _Estimate:
         n = self.g.numel() * self.g.element_size()
         return n + (0 if self.pending is None else self.pending.numel() * self.pending.element_size())
 
-    def to(self, device: torch.device) -> "_Estimate":
+    def to(self, device: torch.device) -> _Estimate:
         pending = None if self.pending is None else self.pending.to(device)
         return _Estimate(self.g.to(device), self.step, pending, self.count)
 

@@ -83,8 +83,9 @@ class Quant(Compressor):
 
     fixed_size = True  # payload layout follows from the input shape (one message per payload)
 
-    def __init__(self, bits: int = 8, scale: str = "row", block: int = 64, rounding: str = "nearest",
-                 range: str = "minmax"):  # noqa: A002  (the spec parameter's name)
+    def __init__(
+        self, bits: int = 8, scale: str = "row", block: int = 64, rounding: str = "nearest", range: str = "minmax"
+    ):  # noqa: A002  (the spec parameter's name)
         self.bits = check_range("quant", "bits", bits, 1, 8, integer=True)
         self.scale = check_choice("quant", "scale", scale, _SCALES)
         self.range = check_choice("quant", "range", range, _RANGES)

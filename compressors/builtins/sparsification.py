@@ -50,9 +50,18 @@ from ._fast import abs_ge, fused, nonzero_1d
 from .bitpack import pack, pack_wide, packed_nbytes, unpack, unpack_wide
 
 __all__ = [
-    "TopK", "RandomK", "Threshold", "topk_positions", "rowwise_topk_mask", "GRANULARITIES", "stratum_positions", "encode_positions", "decode_into",
-    "BITMAP", "DELTA",
-]  # fmt: skip
+    "TopK",
+    "RandomK",
+    "Threshold",
+    "topk_positions",
+    "rowwise_topk_mask",
+    "GRANULARITIES",
+    "stratum_positions",
+    "encode_positions",
+    "decode_into",
+    "BITMAP",
+    "DELTA",
+]
 
 BITMAP, DELTA = 0, 1
 _SALT_RANDOMK = 0x52

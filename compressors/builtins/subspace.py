@@ -92,7 +92,7 @@ class SubspaceProjection(Compressor):
         self._feature = feat
         self._basis = basis.detach().float()
 
-    def to(self, device: torch.device) -> "Compressor":
+    def to(self, device: torch.device) -> Compressor:
         if self._basis is not None:
             self._basis = self._basis.to(device)
         return self

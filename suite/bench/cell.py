@@ -39,9 +39,10 @@ from typing import Any
 
 from suite import settings
 from suite.pipeline.config import CellConfig
+from suite.pipeline.result import RunResult
+
 from .matrix import PlannedCell
 from .record_builder import ResultError, build_record, check_result, failed_record
-from suite.pipeline.result import RunResult
 
 __all__ = ["run_cell", "execute", "interpret", "child_entry", "DEFAULT_RUNTIME", "log_path_for", "one_line"]
 

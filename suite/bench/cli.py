@@ -117,11 +117,11 @@ def _list_tasks(args: argparse.Namespace) -> None:
         if len(paragraphs) > 1:  # the second paragraph: what crosses the boundaries, what the tiers change
             for line in textwrap.wrap(" ".join(paragraphs[1].split()), 100):
                 print(f"  {'':<12}   {line}")
-        print(f"  {'':<12}   metric: {metric}; stages: {cls.default_stages} (choices {', '.join(map(str, cls.stage_choices))})"
-              + (f"; features: {', '.join(sorted(cls.features))}" if cls.features else ""))  # fmt: skip
-        budgets = "; ".join(
-            f"{t}: {b.steps} steps x {b.batch_size}, target {b.target:g}" for t, b in cls.tiers.items()
+        print(
+            f"  {'':<12}   metric: {metric}; stages: {cls.default_stages} (choices {', '.join(map(str, cls.stage_choices))})"
+            + (f"; features: {', '.join(sorted(cls.features))}" if cls.features else "")
         )
+        budgets = "; ".join(f"{t}: {b.steps} steps x {b.batch_size}, target {b.target:g}" for t, b in cls.tiers.items())
         for line in textwrap.wrap(f"tiers: {budgets}", 100, subsequent_indent="  "):
             print(f"  {'':<12}   {line}")
     print()
@@ -134,8 +134,10 @@ def _list_tiers(args: argparse.Namespace) -> None:
     print(f"tiers ({m.source}):")
     for t in m.tiers.values():
         seeds = ",".join(map(str, t.seeds))
-        print(f"  {t.name:<6} {len(t.tasks)} tasks x {len(t.entries)} compressor entries x {len(t.seeds)} seed(s) "
-              f"(seeds {seeds}); cell time limit {t.cell_timeout_s:g} s")  # fmt: skip
+        print(
+            f"  {t.name:<6} {len(t.tasks)} tasks x {len(t.entries)} compressor entries x {len(t.seeds)} seed(s) "
+            f"(seeds {seeds}); cell time limit {t.cell_timeout_s:g} s"
+        )
         if t.description:
             print(f"  {'':<6} {t.description}")
         print(f"  {'':<6} tasks: {', '.join(t.tasks)}")
@@ -153,10 +155,9 @@ def _selection(args: argparse.Namespace):
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .matrix import MatrixError, missing_device, plan_cells
+    from .plugins import refuse_unimportable
     from .runner import cell_state, run_cells
     from .store import ResultsStore
-
-    from .plugins import refuse_unimportable
 
     selection = _selection(args)
     refuse_unimportable(selection.plugins)  # exit 2 before anything trains
@@ -183,7 +184,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     counts: dict[str, int] = {}
     for o in outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1
-    print("mpcbench: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + f"; store: {store.path}", file=sys.stderr)
+    print(
+        "mpcbench: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + f"; store: {store.path}",
+        file=sys.stderr,
+    )
     bad = [o for o in outcomes if o.status in ("failed", "timeout")]
     for o in bad:
         print(f"  {o.status}: {o.cell.test_id}: {o.reason}", file=sys.stderr)
@@ -234,12 +238,19 @@ def _plugin_target(raw: str) -> str:
     if (path / "__init__.py").exists():
         package = path.resolve()
     else:
-        found = [d for base in (path, path / "src") if base.is_dir() for d in sorted(base.iterdir())
-                 if (d / "__init__.py").exists() and not d.name.startswith(("test", "."))]  # fmt: skip
+        found = [
+            d
+            for base in (path, path / "src")
+            if base.is_dir()
+            for d in sorted(base.iterdir())
+            if (d / "__init__.py").exists() and not d.name.startswith(("test", "."))
+        ]
         if len(found) != 1:
             listed = ", ".join(d.name for d in found) or "none"
-            raise UsageError(f"{raw}: a plugin folder must hold exactly one Python package (found: {listed}); "
-                             "name the module or the .py file instead")  # fmt: skip
+            raise UsageError(
+                f"{raw}: a plugin folder must hold exactly one Python package (found: {listed}); "
+                "name the module or the .py file instead"
+            )
         package = found[0].resolve()
     if str(package.parent) not in sys.path:
         sys.path.insert(0, str(package.parent))
@@ -256,14 +267,25 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     target = _plugin_target(args.plugin)
     load_plugin(target)  # an import failure is one line and exit 2, before pytest starts
-    argv = [str(Path(compressors.__file__).with_name("contract.py")), "-p", "no:cacheprovider", "-v", "-rfEs",
-            "--tb=short", "--plugin", target]  # fmt: skip
+    argv = [
+        str(Path(compressors.__file__).with_name("contract.py")),
+        "-p",
+        "no:cacheprovider",
+        "-v",
+        "-rfEs",
+        "--tb=short",
+        "--plugin",
+        target,
+    ]
     for spec in args.spec:
         argv += ["--compressor", spec]
     if not any(ep.name == "mpcbench" for ep in importlib.metadata.entry_points(group="pytest11")):
         argv += ["-p", "suite.bench.pytest_plugin"]  # not pip-installed: the options come from here
-    print(f"mpcbench check: the generic compressor contract on {args.plugin}"
-          + (f" ({', '.join(args.spec)})" if args.spec else " (every compressor it registers)"), file=sys.stderr)  # fmt: skip
+    print(
+        f"mpcbench check: the generic compressor contract on {args.plugin}"
+        + (f" ({', '.join(args.spec)})" if args.spec else " (every compressor it registers)"),
+        file=sys.stderr,
+    )
     return int(pytest.main(argv + list(args.pytest_args)))
 
 
@@ -274,8 +296,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
     entry = Path(args.entry)
     if not entry.is_dir():
         raise UsageError(f"{entry}: no such entry folder (records/<entry>/ with entry.yaml and results *.jsonl)")
-    return submit(entry, out_dir=Path(args.out), rule=args.rule, network=args.network, baselines=not args.no_baselines,
-                  screenshots=not args.no_screenshots, progress=not args.no_progress)  # fmt: skip
+    return submit(
+        entry,
+        out_dir=Path(args.out),
+        rule=args.rule,
+        network=args.network,
+        baselines=not args.no_baselines,
+        screenshots=not args.no_screenshots,
+        progress=not args.no_progress,
+    )
 
 
 # --------------------------------------------------------------------------- report
@@ -319,7 +348,9 @@ def _question(rule: str, g, target: float | None, network: str | None, min_ratio
     higher = bool(g["higher_is_better"].iloc[0]) if "higher_is_better" in g else True
     goal = f"{metric} {'>=' if higher else '<='} {target:g}" if target is not None and target == target else metric
     if rule == "time_to_target":
-        return f"Q: which compressor first reaches {goal} over a {network} link? (modeled from measured compute and bytes)"
+        return (
+            f"Q: which compressor first reaches {goal} over a {network} link? (modeled from measured compute and bytes)"
+        )
     if rule == "pareto":
         return f"Q: which compressors are on the {metric}-versus-bytes frontier? (target {goal})"
     at = f" at >= {min_ratio:g}x compression" if min_ratio else ""
@@ -337,8 +368,15 @@ def _narrow(table, network: str | None, direction: str):
         if col in keep and keep[col].nunique() <= 1:
             notes.append(f"{label}: {keep[col].iloc[0] if len(keep) else '-'}")
             keep = keep.drop(columns=col)
-    optional = ["measured on (load)", "step time", "train time", "ratio fwd / bwd / dp", f"bytes/step {direction}",
-                "entry", f"ratio {direction}"]  # fmt: skip
+    optional = [
+        "measured on (load)",
+        "step time",
+        "train time",
+        "ratio fwd / bwd / dp",
+        f"bytes/step {direction}",
+        "entry",
+        f"ratio {direction}",
+    ]
     for col in optional:
         if _width(keep) <= REPORT_WIDTH:
             break
@@ -381,7 +419,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from leaderboard.ranking import RULES, aggregate, display_table, network_profiles
-
     from leaderboard.safe_text import plain
 
     frame, problems = _load_for_report(args)
@@ -397,7 +434,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     profiles = network_profiles(frame)
     network = args.network or _default_network(frame)
     if args.network and args.network not in profiles:
-        raise UsageError(f"unknown network profile {args.network!r}; valid: {', '.join(profiles) or '(none in these records)'}")
+        raise UsageError(
+            f"unknown network profile {args.network!r}; valid: {', '.join(profiles) or '(none in these records)'}"
+        )
     agg = aggregate(frame)
     try:
         rule = RULES[args.rule]
@@ -407,20 +446,29 @@ def cmd_report(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     if args.format == "csv":
-        ranked.drop(columns=[c for c in ranked.columns if ranked[c].map(lambda v: isinstance(v, (list, dict))).any()]).to_csv(
-            sys.stdout, index=False
-        )
+        ranked.drop(
+            columns=[c for c in ranked.columns if ranked[c].map(lambda v: isinstance(v, (list, dict))).any()]
+        ).to_csv(sys.stdout, index=False)
         return EXIT_OK
-    print(f"ranking: {rule.title}" + (f" (network {network})" if network else "")
-          + ("" if args.wide or args.format != "text" else f"; at most {REPORT_WIDTH} columns (--wide: every column)"))  # fmt: skip
+    print(
+        f"ranking: {rule.title}"
+        + (f" (network {network})" if network else "")
+        + ("" if args.wide or args.format != "text" else f"; at most {REPORT_WIDTH} columns (--wide: every column)")
+    )
     targets = frame.groupby(["task", "tier"])["target"].first().to_dict()
     with pd.option_context("display.max_columns", None, "display.width", 250, "display.max_colwidth", 60):
         for (task, tier), g in ranked.groupby(["task", "tier"], sort=True):
-            table = display_table(g, network=network, direction=args.direction, mark_unresolved=rule.name == "quality_at_ratio")
+            table = display_table(
+                g, network=network, direction=args.direction, mark_unresolved=rule.name == "quality_at_ratio"
+            )
             n_seeds = sorted({int(n) for n in g["n"]})
             print()
-            print(plain(f"== {task} / {tier}  (metric: {g['metric_name'].iloc[0] or '?'}; seeds per entry: "
-                        f"{', '.join(map(str, n_seeds))}) =="))  # fmt: skip
+            print(
+                plain(
+                    f"== {task} / {tier}  (metric: {g['metric_name'].iloc[0] or '?'}; seeds per entry: "
+                    f"{', '.join(map(str, n_seeds))}) =="
+                )
+            )
             print(plain(_question(rule.name, g, targets.get((task, tier)), network, args.min_ratio)))
             if args.format == "text":
                 table = _terminal(table)  # record text: no control characters reach the terminal
@@ -446,9 +494,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     import textwrap
 
     print()
-    print(textwrap.fill("significance: Welch's t-test vs the 'none' baseline over seeds (* p<0.05, ** p<0.01, "
-                        "*** p<0.001); 'n too small' with fewer than 2 seeds on either side (run with --seeds 3)",
-                        REPORT_WIDTH))  # fmt: skip
+    print(
+        textwrap.fill(
+            "significance: Welch's t-test vs the 'none' baseline over seeds (* p<0.05, ** p<0.01, "
+            "*** p<0.001); 'n too small' with fewer than 2 seeds on either side (run with --seeds 3)",
+            REPORT_WIDTH,
+        )
+    )
     return EXIT_OK
 
 
@@ -520,11 +572,15 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mpcbench",
         description="Benchmark compressors of activations and gradients in pipeline- and data-parallel training.",
     )
-    sub = ap.add_subparsers(dest="command", required=True, metavar="{list,run,links,check,submit,report,validate,verify}")
+    sub = ap.add_subparsers(
+        dest="command", required=True, metavar="{list,run,links,check,submit,report,validate,verify}"
+    )
 
     p = sub.add_parser("list", help="list compressors, tasks and tiers")
     p.add_argument("what", nargs="*", choices=["compressors", "tasks", "tiers"], help="what to list (default: all)")
-    p.add_argument("--plugin", action="append", default=[], help="plugin module or .py file to import first (repeatable)")
+    p.add_argument(
+        "--plugin", action="append", default=[], help="plugin module or .py file to import first (repeatable)"
+    )
     p.add_argument("--matrix", default=None, help="matrix YAML (default suite/bench/matrix.yaml)")
     p.set_defaults(func=cmd_list)
 
@@ -532,29 +588,56 @@ def build_parser() -> argparse.ArgumentParser:
     add_to_argparse(p, RUN_OPTIONS + CLI_RUN_OPTIONS)  # the same table as pytest suite's options
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("links", help="run cells over emulated links (--link, repeatable) and print measured vs modeled times")
+    p = sub.add_parser(
+        "links", help="run cells over emulated links (--link, repeatable) and print measured vs modeled times"
+    )
     add_to_argparse(p, tuple(o for o in RUN_OPTIONS if o.flag != "--link") + CLI_RUN_OPTIONS)
-    p.add_argument("--link", dest="links", action="append", default=[], metavar="LINK",
-                   help="a network profile or rate to run every selected cell over (repeatable)")
-    p.add_argument("--reference", action="append", default=[], metavar="STORE",
-                   help="results store or records folder with full-length runs: their steps to target give the "
-                   "time to target of shortened runs (repeatable)")  # fmt: skip
+    p.add_argument(
+        "--link",
+        dest="links",
+        action="append",
+        default=[],
+        metavar="LINK",
+        help="a network profile or rate to run every selected cell over (repeatable)",
+    )
+    p.add_argument(
+        "--reference",
+        action="append",
+        default=[],
+        metavar="STORE",
+        help="results store or records folder with full-length runs: their steps to target give the "
+        "time to target of shortened runs (repeatable)",
+    )
     p.add_argument("--report-only", action="store_true", help="print the table from the store, run nothing")
     p.set_defaults(func=cmd_links, link=None)
 
     p = sub.add_parser("check", help="run the generic compressor contract (pytest) on a plugin")
     p.add_argument("plugin", help="the plugin: a .py file, a module name, or a package / project folder")
-    p.add_argument("spec", nargs="*", help="specs to test (default: every compressor the plugin registers, "
-                   "at its default settings)")  # fmt: skip
-    p.add_argument("--pytest", dest="pytest_args", action="append", default=[], metavar="ARG",
-                   help="pass ARG to pytest (repeatable), e.g. --pytest=-x --pytest=-v")
+    p.add_argument(
+        "spec",
+        nargs="*",
+        help="specs to test (default: every compressor the plugin registers, at its default settings)",
+    )
+    p.add_argument(
+        "--pytest",
+        dest="pytest_args",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="pass ARG to pytest (repeatable), e.g. --pytest=-x --pytest=-v",
+    )
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("submit", help="validate records/<entry>, run the none baselines it lacks, screenshot its views")
     p.add_argument("entry", help="the entry folder, records/<entry>")
     p.add_argument("--out", default="results/preview", help="where the screenshots go (default results/preview)")
-    p.add_argument("--rule", default="time_to_target", choices=RULE_CHOICES, metavar="RULE",
-                   help="ranking rule of the screenshots: %(choices)s (default time_to_target)")
+    p.add_argument(
+        "--rule",
+        default="time_to_target",
+        choices=RULE_CHOICES,
+        metavar="RULE",
+        help="ranking rule of the screenshots: %(choices)s (default time_to_target)",
+    )
     p.add_argument("--network", default="1Gbps", help="network of the screenshots (default 1Gbps)")
     p.add_argument("--no-baselines", action="store_true", help="do not run missing none baselines")
     p.add_argument("--no-screenshots", action="store_true", help="validate (and run baselines) only")
@@ -567,12 +650,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", action="append", default=[])
     p.add_argument("--tier", action="append", default=[])
     p.add_argument("--network", default=None, help="network profile for modeled time-to-target (default 1Gbps)")
-    p.add_argument("--rule", default="time_to_target", choices=RULE_CHOICES, metavar="RULE",
-                   help="%(choices)s (default time_to_target: which compressor reaches the task's target first "
-                   "over --network)")
-    p.add_argument("--wide", action="store_true", help=f"every column (default: the answer's columns, at most "
-                   f"{REPORT_WIDTH} characters wide)")  # fmt: skip
-    p.add_argument("--min-ratio", type=float, default=None, help="with quality_at_ratio: rank only entries compressing at least this much")
+    p.add_argument(
+        "--rule",
+        default="time_to_target",
+        choices=RULE_CHOICES,
+        metavar="RULE",
+        help="%(choices)s (default time_to_target: which compressor reaches the task's target first over --network)",
+    )
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help=f"every column (default: the answer's columns, at most {REPORT_WIDTH} characters wide)",
+    )
+    p.add_argument(
+        "--min-ratio",
+        type=float,
+        default=None,
+        help="with quality_at_ratio: rank only entries compressing at least this much",
+    )
     p.add_argument("--direction", default="total", choices=["forward", "backward", "dp", "total"])
     p.add_argument("--format", default="text", choices=["text", "markdown", "csv"])
     p.set_defaults(func=cmd_report)
@@ -593,8 +688,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     errors: tuple[type[BaseException], ...] = (UsageError,)
     if args.func is not cmd_report:  # the report reads records only: no torch (about 450 MB and seconds)
         from compressors.api import CompressorError
-
         from suite.pipeline.config import ConfigError
+
         from .store import StoreError
 
         errors += (ConfigError, CompressorError, StoreError)

@@ -43,7 +43,14 @@ __all__ = ["ForkServer", "Child", "PRELOAD", "get_server", "shutdown", "fork_uns
 # imported once by the server; a module that fails to import is skipped (its cells will say why).
 # A request can name more (the cell's task module, e.g. tasks.sst2 -> transformers): imported
 # before that fork and kept for the next children.
-PRELOAD = ("torch", "torch._dynamo", "torch.distributed", "compressors.builtins", "suite.pipeline.runtime", "suite.bench.cell")
+PRELOAD = (
+    "torch",
+    "torch._dynamo",
+    "torch.distributed",
+    "compressors.builtins",
+    "suite.pipeline.runtime",
+    "suite.bench.cell",
+)
 READY_TIMEOUT_S = 600.0
 
 
@@ -54,7 +61,7 @@ class ForkServerError(RuntimeError):
 class Child:
     """A cell process forked by the server."""
 
-    def __init__(self, server: "ForkServer", pid: int) -> None:
+    def __init__(self, server: ForkServer, pid: int) -> None:
         self.server = server
         self.pid = pid
 
@@ -316,7 +323,7 @@ def serve(runner: int) -> None:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 pid = os.fork()
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 _send({"error": f"{type(e).__name__}: {e}"})
                 continue
             if pid == 0:

@@ -64,17 +64,24 @@ def link_rows(records: Iterable[dict[str, Any]], references: Iterable[dict[str, 
         kernel = [x for n in net.get("kernel_bytes") or [] for x in (n.get("tx_over_wire"), n.get("rx_over_wire")) if x]
         rows.append(
             {
-                "task": r["task"], "tier": r["tier"], "compressor": r["compressor"], "link": net.get("link"),
-                "hosts": net.get("hosts"), "steps": _get(r, "run", "steps"),
-                "measured_step_s": m_step, "modeled_step_s": e_step,
+                "task": r["task"],
+                "tier": r["tier"],
+                "compressor": r["compressor"],
+                "link": net.get("link"),
+                "hosts": net.get("hosts"),
+                "steps": _get(r, "run", "steps"),
+                "measured_step_s": m_step,
+                "modeled_step_s": e_step,
                 "modeled_error": (e_step / m_step - 1) if m_step and e_step else None,
                 "modeled_profile_step_s": _get(modeled, "profile", "step_s"),
-                "measured_comm_s": measured.get("comm_s"), "modeled_comm_s": _get(modeled, "as_emulated", "comm_s_per_step"),
+                "measured_comm_s": measured.get("comm_s"),
+                "modeled_comm_s": _get(modeled, "as_emulated", "comm_s_per_step"),
                 "kernel_over_wire_max": max(kernel) if kernel else None,
-                "steps_to_target": steps, "steps_to_target_from": source,
+                "steps_to_target": steps,
+                "steps_to_target_from": source,
                 "measured_time_to_target_s": steps * m_step if steps and m_step else None,
                 "modeled_time_to_target_s": steps * e_step if steps and e_step else None,
-            }  # fmt: skip
+            }
         )
     rows.sort(key=lambda x: (x["task"], x["tier"], -(_rate(x["link"])), x["compressor"]))
     return rows
@@ -95,8 +102,10 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     def f(v: Any, fmt: str) -> str:
         return "-" if v is None else format(v, fmt)
 
-    head = (f"{'task/tier':<18} {'link':<9} {'compressor':<18} {'step meas.':>10} {'modeled':>9} {'err':>6} "
-            f"{'w/ lat.':>8} {'comm meas.':>10} {'modeled':>8} {'kern/wire':>9} {'TTT meas.':>10} {'modeled':>9}")  # fmt: skip
+    head = (
+        f"{'task/tier':<18} {'link':<9} {'compressor':<18} {'step meas.':>10} {'modeled':>9} {'err':>6} "
+        f"{'w/ lat.':>8} {'comm meas.':>10} {'modeled':>8} {'kern/wire':>9} {'TTT meas.':>10} {'modeled':>9}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         ttt_note = "" if r["steps_to_target_from"] != "reference" else " (ref)"

@@ -28,8 +28,18 @@ from typing import Any, Callable, Iterator, Mapping
 
 from suite.results import DEFAULT_STORE
 
-__all__ = ["Choices", "Option", "RUN_OPTIONS", "Selection", "selection_from", "add_to_argparse", "add_to_pytest",
-           "values_from_pytest", "PYTEST_DEST_PREFIX", "DEFAULT_STORE"]  # fmt: skip
+__all__ = [
+    "Choices",
+    "Option",
+    "RUN_OPTIONS",
+    "Selection",
+    "selection_from",
+    "add_to_argparse",
+    "add_to_pytest",
+    "values_from_pytest",
+    "PYTEST_DEST_PREFIX",
+    "DEFAULT_STORE",
+]
 
 PYTEST_DEST_PREFIX = "mpcbench_"  # pytest's namespace is shared with other plugins
 # Bounds on what one command may ask for (each refused with one line before anything runs):
@@ -172,47 +182,132 @@ def check_cell_timeout(value: Any, where: str) -> float:
 SCHEDULE_CHOICES, MODE_CHOICES, DEVICE_CHOICES = Choices(_schedules), Choices(_modes), Choices(_devices)
 
 RUN_OPTIONS: tuple[Option, ...] = (
-    Option("--tier", "tier", default="smoke", help="matrix tier (default smoke; the shipped matrix has smoke, quick, "
-           "gpu, full; checked against the --matrix file)"),  # fmt: skip
-    Option("--task", "tasks", repeat=True, help="only this task (repeatable; default: the tier's); may name a plugin's task"),
-    Option("--compressor", "compressors", repeat=True, help="run this spec forward and backward (repeatable) instead "
-           "of the tier's list, plus the 'none' baseline; e.g. --compressor 'topk(ratio=0.1)'"),  # fmt: skip
+    Option(
+        "--tier",
+        "tier",
+        default="smoke",
+        help="matrix tier (default smoke; the shipped matrix has smoke, quick, "
+        "gpu, full; checked against the --matrix file)",
+    ),
+    Option(
+        "--task",
+        "tasks",
+        repeat=True,
+        help="only this task (repeatable; default: the tier's); may name a plugin's task",
+    ),
+    Option(
+        "--compressor",
+        "compressors",
+        repeat=True,
+        help="run this spec forward and backward (repeatable) instead "
+        "of the tier's list, plus the 'none' baseline; e.g. --compressor 'topk(ratio=0.1)'",
+    ),
     Option("--forward", "forward", help="forward (activation) spec, with --backward for an asymmetric plan"),
     Option("--backward", "backward", help="backward (activation-gradient) spec of the selected cells"),
     Option("--dp", "dp", help="data-parallel gradient spec of the selected cells (needs --dp-size >= 2)"),
-    Option("--seeds", "seeds", convert=_seeds, help="seed count (3 = 0,1,2), list (0,4) or range (2:5); default: the tier's"),
-    Option("--mode", "mode", default="single", choices=MODE_CHOICES,
-           help="%(choices)s: one process, or one per stage (and replica) via torchrun (default single)"),  # fmt: skip
-    Option("--device", "device", choices=DEVICE_CHOICES, cell="device",
-           help="%(choices)s: where cells train (default: the tier's device setting, cpu unless the tier says cuda)"),  # fmt: skip
+    Option(
+        "--seeds",
+        "seeds",
+        convert=_seeds,
+        help="seed count (3 = 0,1,2), list (0,4) or range (2:5); default: the tier's",
+    ),
+    Option(
+        "--mode",
+        "mode",
+        default="single",
+        choices=MODE_CHOICES,
+        help="%(choices)s: one process, or one per stage (and replica) via torchrun (default single)",
+    ),
+    Option(
+        "--device",
+        "device",
+        choices=DEVICE_CHOICES,
+        cell="device",
+        help="%(choices)s: where cells train (default: the tier's device setting, cpu unless the tier says cuda)",
+    ),
     Option("--stages", "stages", int, cell="stages", help="pipeline stages (default: the task's)"),
     Option("--dp-size", "dp_size", int, cell="dp", help="data-parallel replicas per cell (>= 2 runs through torchrun)"),
-    Option("--schedule", "schedule", choices=SCHEDULE_CHOICES, cell="schedule",
-           help="%(choices)s: the pipeline schedule (default: the tier's, else 1f1b)"),  # fmt: skip
-    Option("--microbatches", "microbatches", int, cell="microbatches",
-           help="micro-batches per step (default: the tier's; must divide the batch size)"),  # fmt: skip
+    Option(
+        "--schedule",
+        "schedule",
+        choices=SCHEDULE_CHOICES,
+        cell="schedule",
+        help="%(choices)s: the pipeline schedule (default: the tier's, else 1f1b)",
+    ),
+    Option(
+        "--microbatches",
+        "microbatches",
+        int,
+        cell="microbatches",
+        help="micro-batches per step (default: the tier's; must divide the batch size)",
+    ),
     Option("--steps", "steps", int, cell="steps", help="override the tier's step count"),
-    Option("--nnodes", "nnodes", int, cell="nnodes", help="hosts the torchrun job spans (implies --mode torchrun; must "
-           "divide stages x dp-size); with --link: emulated hosts (default one per process)"),  # fmt: skip
-    Option("--node-rank", "node_rank", int, cell="node_rank", help="this host's index among --nnodes real hosts "
-           "(0 serves the rendezvous); run the same command on every host"),  # fmt: skip
-    Option("--rdzv-endpoint", "rdzv_endpoint", cell="rdzv_endpoint", metavar="HOST:PORT",
-           help="node 0's address and a free port, for the c10d rendezvous of --nnodes real hosts"),  # fmt: skip
-    Option("--link", "link", cell="link", metavar="LINK", help="emulate the hosts on this machine, one network "
-           "namespace each, every node's traffic limited to LINK both ways: a network profile (100Mbps, 1Gbps, ...) "
-           "or a rate (250mbit, 20Mbps); bandwidth only, no added latency; needs root, ip and tc"),  # fmt: skip
+    Option(
+        "--nnodes",
+        "nnodes",
+        int,
+        cell="nnodes",
+        help="hosts the torchrun job spans (implies --mode torchrun; must "
+        "divide stages x dp-size); with --link: emulated hosts (default one per process)",
+    ),
+    Option(
+        "--node-rank",
+        "node_rank",
+        int,
+        cell="node_rank",
+        help="this host's index among --nnodes real hosts "
+        "(0 serves the rendezvous); run the same command on every host",
+    ),
+    Option(
+        "--rdzv-endpoint",
+        "rdzv_endpoint",
+        cell="rdzv_endpoint",
+        metavar="HOST:PORT",
+        help="node 0's address and a free port, for the c10d rendezvous of --nnodes real hosts",
+    ),
+    Option(
+        "--link",
+        "link",
+        cell="link",
+        metavar="LINK",
+        help="emulate the hosts on this machine, one network "
+        "namespace each, every node's traffic limited to LINK both ways: a network profile (100Mbps, 1Gbps, ...) "
+        "or a rate (250mbit, 20Mbps); bandwidth only, no added latency; needs root, ip and tc",
+    ),
     Option("--results", None, default=DEFAULT_STORE, help=f"results store (JSON Lines; default {DEFAULT_STORE})"),
-    Option("--plugin", "plugins", repeat=True, convert=_plugin,
-           help="plugin module or .py file to import first (repeatable)"),  # fmt: skip
-    Option("--data-dir", "data_dir", convert=_path, help="data directory (default $MPCBENCH_DATA_DIR, else ../shared/data)"),
-    Option("--cell-timeout", "cell_timeout_s", float, convert=_cell_timeout,
-           help="per-cell time limit in seconds, finite and at most 7 days (default: the tier's)"),  # fmt: skip
-    Option("--no-baseline", "baseline", bool, convert=_not, field_default=True,
-           help="with --compressor/--forward: do not add the 'none' baseline"),  # fmt: skip
+    Option(
+        "--plugin",
+        "plugins",
+        repeat=True,
+        convert=_plugin,
+        help="plugin module or .py file to import first (repeatable)",
+    ),
+    Option(
+        "--data-dir", "data_dir", convert=_path, help="data directory (default $MPCBENCH_DATA_DIR, else ../shared/data)"
+    ),
+    Option(
+        "--cell-timeout",
+        "cell_timeout_s",
+        float,
+        convert=_cell_timeout,
+        help="per-cell time limit in seconds, finite and at most 7 days (default: the tier's)",
+    ),
+    Option(
+        "--no-baseline",
+        "baseline",
+        bool,
+        convert=_not,
+        field_default=True,
+        help="with --compressor/--forward: do not add the 'none' baseline",
+    ),
     Option("--matrix", "matrix_path", convert=_path, help="matrix YAML (default suite/bench/matrix.yaml)"),
-    Option("--check-consistency", "check_consistency", bool,
-           help="debug a plugin: a twin receiver re-decodes every payload and the cell fails if the two differ "
-           "(same as MPCBENCH_CHECK_CONSISTENCY=1; not part of the cell key; cells already in the store are skipped)"),  # fmt: skip
+    Option(
+        "--check-consistency",
+        "check_consistency",
+        bool,
+        help="debug a plugin: a twin receiver re-decodes every payload and the cell fails if the two differ "
+        "(same as MPCBENCH_CHECK_CONSISTENCY=1; not part of the cell key; cells already in the store are skipped)",
+    ),
     Option("--dry-run", None, bool, help="list the cells and their state, run nothing"),
 )
 

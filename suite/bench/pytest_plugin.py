@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from .options import RUN_OPTIONS, add_to_pytest, values_from_pytest, selection_from
+from .options import RUN_OPTIONS, add_to_pytest, selection_from, values_from_pytest
 
 __all__ = ["selection_from_pytest", "OPTIONS"]
 

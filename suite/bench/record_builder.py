@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from suite.pipeline.config import CellConfig
-from suite.results.records import SCHEMA, validate_record
 from suite.pipeline.result import RunResult
+from suite.results.records import SCHEMA, validate_record
 
 __all__ = ["build_record", "failed_record", "compression_ratios", "expansion_warnings", "check_result", "ResultError"]
 
@@ -178,7 +178,9 @@ def build_record(
             "metric_name": r.metric_name,
             "higher_is_better": bool(r.higher_is_better),
             "final_metric": float(r.final_metric),
-            "final_metric_uncompressed": None if r.final_metric_uncompressed is None else float(r.final_metric_uncompressed),
+            "final_metric_uncompressed": None
+            if r.final_metric_uncompressed is None
+            else float(r.final_metric_uncompressed),
             "target": float(r.target),
             "reached_target_step": r.reached_target_step,
             "curve": [asdict(p) for p in r.curve],

@@ -46,9 +46,23 @@ def summarize_record(record: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         k: record.get(k)
         for k in (
-            "cell_id", "cell_key", "record_id", "task", "tier", "seed", "compressor", "status", "error",
-            "metric_name", "higher_is_better", "final_metric", "final_metric_uncompressed", "target",
-            "reached_target_step", "wall_s", "log",
+            "cell_id",
+            "cell_key",
+            "record_id",
+            "task",
+            "tier",
+            "seed",
+            "compressor",
+            "status",
+            "error",
+            "metric_name",
+            "higher_is_better",
+            "final_metric",
+            "final_metric_uncompressed",
+            "target",
+            "reached_target_step",
+            "wall_s",
+            "log",
         )
     }
     out["specs"] = record.get("specs")
@@ -124,8 +138,12 @@ def run_cells(
                 o = CellOutcome(cell, "skipped", ALREADY_IN_STORE)
             else:
                 if not interactive:  # a line when a cell starts: a redirected log shows what is running
-                    print(f"[{len(outcomes) + 1}/{len(cells)}] start    {cid}  (log: "
-                          f"{log_path_for(cell.config, store.log_dir)}){eta.left()}", file=stream, flush=True)  # fmt: skip
+                    print(
+                        f"[{len(outcomes) + 1}/{len(cells)}] start    {cid}  (log: "
+                        f"{log_path_for(cell.config, store.log_dir)}){eta.left()}",
+                        file=stream,
+                        flush=True,
+                    )
                 record = run_cell(cell, log_dir=store.log_dir, runtime=runtime)
                 if cell.config.link is not None:  # a killed cell cannot remove its emulated hosts: its parent does
                     from suite.pipeline.netns import sweep_leftovers

@@ -28,7 +28,15 @@ from typing import Any, Iterator
 
 from suite.results.records import RecordError, validate_record
 
-__all__ = ["ResultsStore", "read_jsonl", "dump_record", "portable_path", "portable_paths", "DEFAULT_STORE", "StoreError"]
+__all__ = [
+    "ResultsStore",
+    "read_jsonl",
+    "dump_record",
+    "portable_path",
+    "portable_paths",
+    "DEFAULT_STORE",
+    "StoreError",
+]
 
 DEFAULT_STORE = Path("results") / "store.jsonl"
 
@@ -122,7 +130,7 @@ def portable_paths(record: dict[str, Any], base: Path) -> dict[str, Any]:
         out["config"] = config
     if isinstance(prov.get("plugin_hashes"), dict):
         prov["plugin_hashes"] = {
-            (f"plugin:{portable_path(k[len('plugin:'):], base)}" if k.startswith("plugin:") else k): v
+            (f"plugin:{portable_path(k[len('plugin:') :], base)}" if k.startswith("plugin:") else k): v
             for k, v in prov["plugin_hashes"].items()
         }
     if isinstance(prov.get("argv"), str):
@@ -173,7 +181,9 @@ class ResultsStore:
         where = f"results store {self.path}"
         safe = "the records finished before are safe in it" if self.path.exists() else "nothing was stored"
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            return f"disk full: could not append {what or 'a record'} to {where}; {safe}: free space and rerun to resume"
+            return (
+                f"disk full: could not append {what or 'a record'} to {where}; {safe}: free space and rerun to resume"
+            )
         if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
             reason = "read-only file system" if e.errno == errno.EROFS else "permission denied"
             return f"{where} is not writable ({reason}); pass --results PATH in a writable folder"

@@ -46,8 +46,9 @@ def _setup(config: dict[str, Any], entry: Path):
     from suite.pipeline.config import CellConfig, CompressionPlan
 
     cfg = CellConfig.from_dict({k: v for k, v in config.items() if k in CellConfig.__dataclass_fields__})
-    base = replace(cfg, plan=CompressionPlan(), plugins=_plugins_here(cfg.plugins, entry), data_dir=None,
-                   check_consistency=False)  # fmt: skip
+    base = replace(
+        cfg, plan=CompressionPlan(), plugins=_plugins_here(cfg.plugins, entry), data_dir=None, check_consistency=False
+    )
     ident = base.identity()
     ident.pop("plugins", None)
     return base, ident
@@ -91,12 +92,29 @@ def missing_baselines(records: list[dict[str, Any]], here: str, entry: Path) -> 
     return Baselines(to_run, elsewhere, here)
 
 
-def screenshot_commands(entry: Path, out_dir: Path, views: list[tuple[str, str]], *, rule: str, network: str) -> list[list[str]]:
+def screenshot_commands(
+    entry: Path, out_dir: Path, views: list[tuple[str, str]], *, rule: str, network: str
+) -> list[list[str]]:
     """One ``python -m leaderboard.screenshot`` command per (task, tier) view of the entry."""
     return [
-        [sys.executable, "-m", "leaderboard.screenshot", str(out_dir / f"{entry.name}-{task}-{tier}.png"),
-         "--records", str(entry.parent), "--task", task, "--tier", tier, "--rule", rule, "--network", network,
-         "--entry", entry.name]  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "leaderboard.screenshot",
+            str(out_dir / f"{entry.name}-{task}-{tier}.png"),
+            "--records",
+            str(entry.parent),
+            "--task",
+            task,
+            "--tier",
+            tier,
+            "--rule",
+            rule,
+            "--network",
+            network,
+            "--entry",
+            entry.name,
+        ]
         for task, tier in views
     ]
 
@@ -114,8 +132,11 @@ def write_entry_yaml(entry: Path) -> Path:
         who = subprocess.run(["git", "config", "user.name"], capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         who = ""
-    lines = [f"name: {_json.dumps(entry.name)}", f"submitter: {_json.dumps(who or getpass.getuser())}",
-             f"date: \"{datetime.date.today().isoformat()}\""]  # fmt: skip
+    lines = [
+        f"name: {_json.dumps(entry.name)}",
+        f"submitter: {_json.dumps(who or getpass.getuser())}",
+        f'date: "{datetime.date.today().isoformat()}"',
+    ]
     if (entry / "plugin.py").is_file():
         lines += ["plugin: plugin.py", f"plugin_hash: {plugin_file_hash(entry / 'plugin.py')}"]
     path = entry / "entry.yaml"
@@ -162,8 +183,10 @@ def submit(
         here = machine_label({"machine": machine_info()})
         need = missing_baselines(records, here, entry)
         for cell_id, machine in need.elsewhere:
-            say(f"  baseline {cell_id} is missing for records measured on {machine}; this machine is {here}: "
-                "run `mpcbench submit` there")  # fmt: skip
+            say(
+                f"  baseline {cell_id} is missing for records measured on {machine}; this machine is {here}: "
+                "run `mpcbench submit` there"
+            )
         if need.to_run:
             cells = [PlannedCell(c, test_id=c.cell_id) for c in need.to_run]
             if missing := next((m for c in cells if (m := missing_device(c))), None):

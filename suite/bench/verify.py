@@ -174,12 +174,23 @@ def _rerun(
     with tempfile.TemporaryDirectory(prefix="mpcbench-verify-cell-") as tmp:
         cfg_path = Path(tmp) / "config.json"
         cfg_path.write_text(json.dumps(_config_for_rerun(record, entry_dir, time_limit_s)))
-        env = {**os.environ, "PYTHONPATH": str(tree), "MPCBENCH_GIT_COMMIT": commit, "OMP_NUM_THREADS": str(threads),
-               "MKL_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}  # fmt: skip
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(tree),
+            "MPCBENCH_GIT_COMMIT": commit,
+            "OMP_NUM_THREADS": str(threads),
+            "MKL_NUM_THREADS": str(threads),
+            "PYTHONUNBUFFERED": "1",
+        }
         proc = subprocess.run(
             [sys.executable, "-c", RUNNER, str(cfg_path), str(Path(tmp) / "logs")],
-            cwd=tree, env=env, capture_output=True, text=True, timeout=time_limit_s + 600, check=False,
-        )  # fmt: skip
+            cwd=tree,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=time_limit_s + 600,
+            check=False,
+        )
         for line in proc.stdout.splitlines():
             if line.startswith(RECORD_TAG):
                 return json.loads(line[len(RECORD_TAG) :])
@@ -210,8 +221,15 @@ def _spread(record: dict[str, Any], entry_records: list[dict[str, Any]]) -> tupl
     """The seed std to compare against: the entry's own seeds of this row (>= 2), else the measured one."""
     from leaderboard.statistics import MEASURED_SPREAD
 
-    row = [r for r in entry_records if r.get("status") == "ok" and r["task"] == record["task"] and r["tier"] == record["tier"]
-           and r.get("specs") == record.get("specs") and r.get("run") == record.get("run")]  # fmt: skip
+    row = [
+        r
+        for r in entry_records
+        if r.get("status") == "ok"
+        and r["task"] == record["task"]
+        and r["tier"] == record["tier"]
+        and r.get("specs") == record.get("specs")
+        and r.get("run") == record.get("run")
+    ]
     vals = sorted({r["seed"]: r["final_metric"] for r in row}.items())
     if len(vals) >= 2:
         xs = [v for _, v in vals]
@@ -268,13 +286,27 @@ def compare(
     )
 
 
-def check_cell(record: dict[str, Any], entry_dir: Path, entry_records: list[dict[str, Any]], repo: Path,
-               trees: dict[str, Path], time_limit_s: float, threads: int) -> CellCheck:  # fmt: skip
+def check_cell(
+    record: dict[str, Any],
+    entry_dir: Path,
+    entry_records: list[dict[str, Any]],
+    repo: Path,
+    trees: dict[str, Path],
+    time_limit_s: float,
+    threads: int,
+) -> CellCheck:
     """Re-run one record's cell with its recorded code and compare (never raises)."""
     prov = record.get("provenance") or {}
     commit = prov.get("git_commit") or ""
-    check = CellCheck(record["cell_id"], record["record_id"], "cannot verify", "", commit=commit[:12],
-                      recorded_metric=record.get("final_metric"), recorded_bytes=_bytes(record))  # fmt: skip
+    check = CellCheck(
+        record["cell_id"],
+        record["record_id"],
+        "cannot verify",
+        "",
+        commit=commit[:12],
+        recorded_metric=record.get("final_metric"),
+        recorded_bytes=_bytes(record),
+    )
     t0 = time.perf_counter()
     try:
         with code_tree(commit, repo, trees) as tree:
@@ -303,8 +335,16 @@ def _file_hashes(entry_dir: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(entry_dir.glob("*.jsonl"))}
 
 
-def verify_entry(entry_dir: str | Path, *, sample: int = 1, seed: int = 0, time_limit_s: float = 3600.0,
-                 threads: int = 1, write: bool = True, progress=None) -> dict[str, Any]:  # fmt: skip
+def verify_entry(
+    entry_dir: str | Path,
+    *,
+    sample: int = 1,
+    seed: int = 0,
+    time_limit_s: float = 3600.0,
+    threads: int = 1,
+    write: bool = True,
+    progress=None,
+) -> dict[str, Any]:
     """Verify ``sample`` cells per task of one entry folder; write and return the verification report."""
     from leaderboard.submissions import VERIFICATION_FILE, load_entry
 
@@ -376,9 +416,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
     check_cell_timeout(args.cell_timeout, "--cell-timeout")
     worst = 0
     for entry in args.entry:
-        report = verify_entry(entry, sample=args.sample, seed=args.seed, time_limit_s=args.cell_timeout,
-                              threads=args.threads, write=not args.no_write,
-                              progress=lambda m: print(plain(m), file=sys.stderr, flush=True))  # fmt: skip
+        report = verify_entry(
+            entry,
+            sample=args.sample,
+            seed=args.seed,
+            time_limit_s=args.cell_timeout,
+            threads=args.threads,
+            write=not args.no_write,
+            progress=lambda m: print(plain(m), file=sys.stderr, flush=True),
+        )
         n_ok = sum(1 for c in report["cells"] if c["status"] in ("match", "within spread"))
         print(plain(f"{entry}: {report['status']} ({n_ok} of {len(report['cells'])} re-run cells agree)"))
         worst = max(worst, {"verified": 0, "not verified": 1, "failed": 1}[report["status"]])

@@ -69,7 +69,7 @@ class ByteMeter:
         return [[k, s, *c] for (k, s), c in sorted(self._counts.items())]
 
     @classmethod
-    def from_lists(cls, lists: Iterable[list[list[Any]]]) -> "ByteMeter":
+    def from_lists(cls, lists: Iterable[list[list[Any]]]) -> ByteMeter:
         m = cls()
         for rows in lists:
             for key, step, raw, wire, msgs in rows:

@@ -129,12 +129,7 @@ def _check_payload(payload: object, comp: Compressor, info: TensorInfo) -> Paylo
 
 def _check_output(x: object, comp: Compressor, info: TensorInfo, what: str = "decompress") -> Tensor:
     """The decoded tensor must match the original's shape, dtype and device exactly."""
-    if (
-        not isinstance(x, Tensor)
-        or x.shape != info.shape
-        or x.dtype != info.dtype
-        or not _same_device(x, info.device)
-    ):
+    if not isinstance(x, Tensor) or x.shape != info.shape or x.dtype != info.dtype or not _same_device(x, info.device):
         got = f"{tuple(x.shape)} {x.dtype} on {x.device}" if isinstance(x, Tensor) else type(x).__name__
         raise CompressorError(
             f"{comp.spec or comp.name}: {what} returned {got}, expected {tuple(info.shape)} {info.dtype} "
@@ -253,10 +248,16 @@ class _End:
         if not comp.fixed_size:
             return None
         inp = micro.batch_input
-        batch = tuple(inp.shape) if isinstance(inp, Tensor) else (None if micro.sample_ids is None else micro.sample_ids.numel())
+        batch = (
+            tuple(inp.shape)
+            if isinstance(inp, Tensor)
+            else (None if micro.sample_ids is None else micro.sample_ids.numel())
+        )
         return (self.boundary, direction, comp is self.plain_fwd or comp is self.plain_bwd, micro.training, batch)
 
-    def _send(self, payload: Payload, direction: str, shape, dtype, raw_shape=None, raw_dtype=None, stream=None) -> None:
+    def _send(
+        self, payload: Payload, direction: str, shape, dtype, raw_shape=None, raw_dtype=None, stream=None
+    ) -> None:
         with self.clock.section("comm"):
             self.transport.send(
                 payload,
@@ -264,8 +265,7 @@ class _End:
                 key=boundary_key(self.boundary, direction),
                 shape=shape,
                 dtype=dtype,
-                raw_nbytes=math.prod(raw_shape if raw_shape is not None else shape)
-                * (raw_dtype or dtype).itemsize,
+                raw_nbytes=math.prod(raw_shape if raw_shape is not None else shape) * (raw_dtype or dtype).itemsize,
                 stream=stream,
             )
 
@@ -340,7 +340,11 @@ class ReceiverEnd(_End):
     def send_gradient(self, received: Received, micro: Micro) -> None:
         grads = [t.grad if t.grad is not None else torch.zeros_like(t) for t in received.leaves]
         if received.differentiable:
-            g = torch.cat([t.reshape(-1).to(received.dtype) for t in grads]) if grads else torch.zeros(0, device=self.device)
+            g = (
+                torch.cat([t.reshape(-1).to(received.dtype) for t in grads])
+                if grads
+                else torch.zeros(0, device=self.device)
+            )
         else:
             g = grads[0].contiguous()  # a channels_last activation's gradient is channels_last too
         comp = self.bwd if micro.compressed else self.plain_bwd
@@ -348,5 +352,12 @@ class ReceiverEnd(_End):
         with self.clock.section("compress"), torch.no_grad():
             payload = _check_payload(comp.compress(g, info), comp, info)
         # raw bytes: the activation gradient an uncompressed pipeline would send
-        self._send(payload, "backward", g.shape, g.dtype, raw_shape=received.shape, raw_dtype=received.dtype,
-                   stream=self._stream(comp, "backward", micro))  # fmt: skip
+        self._send(
+            payload,
+            "backward",
+            g.shape,
+            g.dtype,
+            raw_shape=received.shape,
+            raw_dtype=received.dtype,
+            stream=self._stream(comp, "backward", micro),
+        )

@@ -95,7 +95,7 @@ class CellConfig:
     # fields left out of the identity at their default, so older records keep their keys
     _IDENTITY_IF_SET = {"nnodes": 1, "link": None}
 
-    def resolve(self) -> tuple["CellConfig", ResolvedPlan]:
+    def resolve(self) -> tuple[CellConfig, ResolvedPlan]:
         """Check every field and resolve the plan once (:func:`suite.pipeline.plan.resolve_plan`).
 
         Returns the config with canonical compressor specs and the resolved plan. A plan the
@@ -111,12 +111,15 @@ class CellConfig:
             except CompressorError as e:
                 raise ConfigError(str(e)) from None
         if self.task not in available_tasks():
-            raise ConfigError(f"unknown task {self.task!r}{did_you_mean(self.task, available_tasks())}; "
-                              f"valid tasks: {', '.join(available_tasks())}")
+            raise ConfigError(
+                f"unknown task {self.task!r}{did_you_mean(self.task, available_tasks())}; "
+                f"valid tasks: {', '.join(available_tasks())}"
+            )
         cls = get_task_class(self.task)
         if self.tier not in cls.tiers:
-            raise ConfigError(f"unknown tier {self.tier!r}{did_you_mean(self.tier, cls.tiers)}; "
-                              f"valid tiers: {', '.join(cls.tiers)}")
+            raise ConfigError(
+                f"unknown tier {self.tier!r}{did_you_mean(self.tier, cls.tiers)}; valid tiers: {', '.join(cls.tiers)}"
+            )
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"unknown schedule {self.schedule!r}; valid schedules: {', '.join(SCHEDULES)}")
         if self.mode not in MODES:
@@ -128,7 +131,11 @@ class CellConfig:
             raise ConfigError(
                 f"task {self.task!r} cannot be split into {n} stages; valid: {', '.join(map(str, cls.stage_choices))}"
             )
-        for name, v, lo in (("dp", self.dp, 1), ("seed", self.seed, 0), ("compress_warmup_steps", self.compress_warmup_steps, 0)):
+        for name, v, lo in (
+            ("dp", self.dp, 1),
+            ("seed", self.seed, 0),
+            ("compress_warmup_steps", self.compress_warmup_steps, 0),
+        ):
             if not isinstance(v, int) or v < lo:
                 raise ConfigError(f"{name}={v!r} must be an integer >= {lo}")
         if self.seed > MAX_SEED:  # records refuse larger seeds (suite.results.records)
@@ -151,12 +158,14 @@ class CellConfig:
         if self.steps is not None and (not isinstance(self.steps, int) or self.steps < 1):
             raise ConfigError(f"steps={self.steps!r} must be an integer >= 1")
         if self.mode == "single" and self.dp != 1:
-            raise ConfigError(f"dp={self.dp} needs mode=torchrun (one process per stage and replica); single mode runs dp=1")
+            raise ConfigError(
+                f"dp={self.dp} needs mode=torchrun (one process per stage and replica); single mode runs dp=1"
+            )
         nnodes = self._check_hosts(n)
         resolved = resolve_plan(self.plan, cls, n, self.dp)
         return replace(self, plan=resolved.plan, nnodes=nnodes), resolved
 
-    def validate(self) -> "CellConfig":
+    def validate(self) -> CellConfig:
         """Check names and ranges, resolve the plan; return the config with canonical compressor specs.
 
         Raises :class:`ConfigError` (one line) for anything that would fail later, a plan the
@@ -184,9 +193,13 @@ class CellConfig:
             nnodes = nproc if nnodes == 1 else nnodes
         if nnodes > 1 or self.link is not None:
             if self.mode != "torchrun":
-                raise ConfigError(f"nnodes={nnodes} / link={self.link!r} need mode=torchrun (one process per stage); use --mode torchrun")
+                raise ConfigError(
+                    f"nnodes={nnodes} / link={self.link!r} need mode=torchrun (one process per stage); use --mode torchrun"
+                )
             if nproc % nnodes:
-                raise ConfigError(f"nnodes={nnodes} must divide the job's {nproc} processes (pipeline ranks x dp; spread evenly over hosts)")
+                raise ConfigError(
+                    f"nnodes={nnodes} must divide the job's {nproc} processes (pipeline ranks x dp; spread evenly over hosts)"
+                )
         if self.node_rank >= nnodes:
             raise ConfigError(f"node_rank={self.node_rank} must be < nnodes={nnodes}")
         if self.link is None and nnodes > 1:
@@ -229,7 +242,7 @@ class CellConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CellConfig":
+    def from_dict(cls, d: dict[str, Any]) -> CellConfig:
         d = dict(d)
         d["plan"] = CompressionPlan.from_dict(d.get("plan", {}))
         d["plugins"] = tuple(d.get("plugins", ()))

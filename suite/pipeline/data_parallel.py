@@ -121,8 +121,10 @@ class CompressedReduce:
                 out = [torch.empty_like(buf) for _ in range(self.replicas)]
                 dist.all_gather(out, buf, group=self.group)
             else:  # different sizes: each replica broadcasts exactly its own bytes
-                out = [buf if r == self.me else torch.empty(lengths[r], dtype=torch.uint8, device=buf.device)
-                       for r in range(self.replicas)]  # fmt: skip
+                out = [
+                    buf if r == self.me else torch.empty(lengths[r], dtype=torch.uint8, device=buf.device)
+                    for r in range(self.replicas)
+                ]
                 for r in range(self.replicas):
                     dist.broadcast(out[r], src=self.group_ranks[r], group=self.group)
         self.meter.record(dp_key(self.stage, "allgather"), 0, n.numel() * 8 + buf.numel(), messages=2)
@@ -209,7 +211,9 @@ class DDPSync:
         self.hook.average(extra_params)
 
 
-def wrap_stage(module: nn.Module, group: Any, device: torch.device, hook: CompressedReduce) -> tuple[DistributedDataParallel, DDPSync]:
+def wrap_stage(
+    module: nn.Module, group: Any, device: torch.device, hook: CompressedReduce
+) -> tuple[DistributedDataParallel, DDPSync]:
     """Wrap one stage module in DDP on its dp group with the compressed hook."""
     ddp = DistributedDataParallel(
         module,

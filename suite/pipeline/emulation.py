@@ -68,19 +68,32 @@ def launch_emulated(config: CellConfig, keep_dir: bool = False) -> RunResult:
             run_dir = root / f"node{i}"
             run_dir.mkdir()
             cmd = torchrun_command(
-                config, run_dir, nproc_per_node=nproc, nnodes=n, rdzv_endpoint=endpoint,
-                is_host=i == 0, local_addr=hosts.address(i),
-            )  # fmt: skip
+                config,
+                run_dir,
+                nproc_per_node=nproc,
+                nnodes=n,
+                rdzv_endpoint=endpoint,
+                is_host=i == 0,
+                local_addr=hosts.address(i),
+            )
             env = {**_base_env(), "GLOO_SOCKET_IFNAME": hosts.iface(i)}
-            agents.append(_Agent(f"node {i} (namespace {hosts.namespace(i)})", hosts.exec_prefix(i) + cmd, env, run_dir))
+            agents.append(
+                _Agent(f"node {i} (namespace {hosts.namespace(i)})", hosts.exec_prefix(i) + cmd, env, run_dir)
+            )
         result = run_agents(config, agents, keep_dir=keep_dir)
     if not keep_dir:
         import shutil
 
         shutil.rmtree(root, ignore_errors=True)
     result.network.update(
-        {"hosts": n, "link": link.name, "rate_bps": link.rate_bps, "emulated": True, "latency_added_s": 0.0,
-         "latency_note": NO_LATENCY_NOTE}  # fmt: skip
+        {
+            "hosts": n,
+            "link": link.name,
+            "rate_bps": link.rate_bps,
+            "emulated": True,
+            "latency_added_s": 0.0,
+            "latency_note": NO_LATENCY_NOTE,
+        }
     )
     attach_link_times(result, link.name, link.rate_bps, link.profile_latency_s)
     return result

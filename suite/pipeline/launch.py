@@ -40,13 +40,32 @@ __all__ = ["launch", "run_agents", "torchrun_command", "DEFAULT_TIME_LIMIT_S", "
 DEFAULT_TIME_LIMIT_S = 4 * 3600.0  # watchdog when the config sets no time_limit_s
 FAILURE_GRACE_S = 10.0  # after one host's agent failed, the others' time to report before they are killed
 RUN_MARKER = "MPCBENCH_RUN_DIR"  # env var set on every process of a run (the cleanup sweep's key)
-_DIST_ENV = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
-_SECONDARY = ("peer died or stalled", "Connection closed", "Connection reset", "Broken pipe", "SIGTERM", "SignalException")
+_DIST_ENV = {
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+}
+_SECONDARY = (
+    "peer died or stalled",
+    "Connection closed",
+    "Connection reset",
+    "Broken pipe",
+    "SIGTERM",
+    "SignalException",
+)
 
 
 def _absolute_plugins(cfg: CellConfig) -> CellConfig:
     """Plugin file paths made absolute, so workers find them from any working directory."""
-    fixed = tuple(str(Path(p).resolve()) if (p.endswith(".py") or "/" in p) and Path(p).exists() else p for p in cfg.plugins)
+    fixed = tuple(
+        str(Path(p).resolve()) if (p.endswith(".py") or "/" in p) and Path(p).exists() else p for p in cfg.plugins
+    )
     return replace(cfg, plugins=fixed)
 
 
@@ -95,12 +114,23 @@ def torchrun_command(
     (network namespaces on one machine; see docs/ARCHITECTURE.md, "Several hosts")."""
     cfg_path = run_dir / "config.json"
     cfg_path.write_text(json.dumps(_absolute_plugins(config).to_dict()))
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}",
-           "--max-restarts=0", "--monitor-interval=0.1"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc_per_node}",
+        "--max-restarts=0",
+        "--monitor-interval=0.1",
+    ]
     if nnodes == 1 and rdzv_endpoint is None:
         cmd.insert(3, "--standalone")
     else:
-        cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id=mpcbench-{config.key()}"]
+        cmd += [
+            f"--nnodes={nnodes}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rdzv_endpoint}",
+            f"--rdzv-id=mpcbench-{config.key()}",
+        ]
         if is_host is not None:
             cmd.append(f"--rdzv-conf=is_host={str(is_host).lower()}")
         if local_addr:
@@ -122,17 +152,25 @@ def launch(config: CellConfig, keep_dir: bool = False) -> RunResult:
     run_dir = Path(tempfile.mkdtemp(prefix="mpcbench-run-"))
     multi = config.nnodes > 1
     cmd = torchrun_command(
-        config, run_dir, nproc_per_node=nproc, nnodes=config.nnodes, rdzv_endpoint=config.rdzv_endpoint,
+        config,
+        run_dir,
+        nproc_per_node=nproc,
+        nnodes=config.nnodes,
+        rdzv_endpoint=config.rdzv_endpoint,
         is_host=(config.node_rank == 0) if multi else None,
-    )  # fmt: skip
+    )
     label = f"node {config.node_rank}" if multi else "torchrun"
     result = run_agents(config, [_Agent(label, cmd, _base_env(), run_dir)], keep_dir=keep_dir)
     if multi:
-        result.network.update({"hosts": config.nnodes, "node_rank": config.node_rank, "link": "real network", "emulated": False})
+        result.network.update(
+            {"hosts": config.nnodes, "node_rank": config.node_rank, "link": "real network", "emulated": False}
+        )
     return result
 
 
-def run_agents(config: CellConfig, agents: list[_Agent], keep_dir: bool = False, grace_s: float | None = None) -> RunResult:
+def run_agents(
+    config: CellConfig, agents: list[_Agent], keep_dir: bool = False, grace_s: float | None = None
+) -> RunResult:
     """Start every agent, wait for all of them, return the result the first agent's host wrote.
 
     When one agent fails the job cannot finish (no restarts): the others get ``grace_s`` (default
@@ -153,7 +191,12 @@ def run_agents(config: CellConfig, agents: list[_Agent], keep_dir: bool = False,
             # torchrun stays in the caller's process group (a runner that kills its cell's group
             # reaches it) and dies with the caller; workers die with torchrun (see worker.py).
             a.proc = subprocess.Popen(
-                a.cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=a.env, preexec_fn=_pdeathsig_setter()
+                a.cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=a.env,
+                preexec_fn=_pdeathsig_setter(),
             )
         first_failure: tuple[float, _Agent] | None = None
         next_scan = time.monotonic() + 1.0
@@ -288,8 +331,10 @@ def _failure_line(agents: list[_Agent], first: _Agent | None, killed: list[_Agen
     # an agent killed from outside (a signal before we killed anything) is the root cause of its peers' errors
     if len(agents) > 1 and killed:
         a = first if first in killed else killed[0]
-        return (f"torchrun run failed: {a.label}: its torchrun died (signal {-a.proc.returncode}); "
-                f"the other hosts stopped (logs: {where})")  # fmt: skip
+        return (
+            f"torchrun run failed: {a.label}: its torchrun died (signal {-a.proc.returncode}); "
+            f"the other hosts stopped (logs: {where})"
+        )
     msgs = [_agent_failure(a) for a in agents]
     primary = [m for m, is_primary in msgs if m and is_primary]
     others = [m for m, is_primary in msgs if m and not is_primary]
@@ -323,7 +368,9 @@ def _agent_failure(agent: _Agent) -> tuple[str | None, bool]:
     if silent:
         r, code = silent[0]
         how = f"signal {-int(code)}" if int(code) < 0 else f"exit code {code}"
-        msg = f"rank {r} died ({how}) without a Python error" + (f" ({_signal_name(-int(code))})" if int(code) < 0 else "")
+        msg = f"rank {r} died ({how}) without a Python error" + (
+            f" ({_signal_name(-int(code))})" if int(code) < 0 else ""
+        )
         if lines:
             msg += f"; then {lines[0]}"
         return msg, True

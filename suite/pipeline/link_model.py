@@ -23,7 +23,9 @@ from .result import RunResult
 __all__ = ["predict", "attach_link_times"]
 
 
-def predict(timing_inputs: dict[str, Any], profiles: dict[str, NetworkProfile], reached_target_step: int | None) -> dict[str, Any]:
+def predict(
+    timing_inputs: dict[str, Any], profiles: dict[str, NetworkProfile], reached_target_step: int | None
+) -> dict[str, Any]:
     """The network model's per-profile prediction for a stored run (``RunResult.timing_inputs``)."""
     return model_run(TimingInputs.from_dict(timing_inputs), profiles, reached_target_step=reached_target_step)
 
@@ -34,7 +36,9 @@ def attach_link_times(result: RunResult, link_name: str, rate_bps: float, profil
     measured = {"step_s": t.step_s, "comm_s": t.comm_s, "compute_s": t.compute_s, "total_train_s": t.total_train_s}
     if result.reached_target_step is not None:
         # measured training wall-clock until the evaluation that first met the target
-        measured["time_to_target_s"] = next((p.wall_s for p in result.curve if p.step == result.reached_target_step), None)
+        measured["time_to_target_s"] = next(
+            (p.wall_s for p in result.curve if p.step == result.reached_target_step), None
+        )
     profiles = {"as_emulated": NetworkProfile(link_name, rate_bps, 0.0)}
     if profile_latency_s:
         profiles["profile"] = NetworkProfile(link_name, rate_bps, profile_latency_s)

@@ -32,7 +32,16 @@ from dataclasses import dataclass, field
 
 from suite.results.network import PROFILES
 
-__all__ = ["Link", "parse_link", "missing_requirements", "EmulatedHosts", "sweep_leftovers", "existing", "PREFIX", "NO_LATENCY_NOTE"]
+__all__ = [
+    "Link",
+    "parse_link",
+    "missing_requirements",
+    "EmulatedHosts",
+    "sweep_leftovers",
+    "existing",
+    "PREFIX",
+    "NO_LATENCY_NOTE",
+]
 
 PREFIX = "mpcbl"  # "mpcb" + "l" (emulated links): other tools may use "mpcb-"
 SUBNET = "10.213.0"  # inside the run's namespaces only; host addresses .10 .. .99 sort like node indices
@@ -142,7 +151,24 @@ def _tbf(dev: str, link: Link, netns: str | None = None) -> None:
     # burst: at least 64 KiB and 2 ms at the rate (tbf needs rate/HZ bytes per tick); queue: 100 ms
     burst = max(64 * 1024, int(link.rate_bps / 8 * 0.002))
     ns = ["-n", netns] if netns else []
-    _run(["tc", *ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", link.tc_rate, "burst", str(burst), "latency", "100ms"])
+    _run(
+        [
+            "tc",
+            *ns,
+            "qdisc",
+            "replace",
+            "dev",
+            dev,
+            "root",
+            "tbf",
+            "rate",
+            link.tc_rate,
+            "burst",
+            str(burst),
+            "latency",
+            "100ms",
+        ]
+    )
 
 
 @dataclass
@@ -183,7 +209,7 @@ class EmulatedHosts:
         return ["ip", "netns", "exec", self.namespace(i)]
 
     # life cycle ----------------------------------------------------------------------------
-    def __enter__(self) -> "EmulatedHosts":
+    def __enter__(self) -> EmulatedHosts:
         sweep_leftovers()
         self.remove()  # our own pid's names from an earlier run in this process
         try:

@@ -39,9 +39,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1, help="runs per variant; the fastest counts")
     args = p.parse_args(argv)
     cfg = CellConfig(
-        task=args.task, tier=args.tier, stages=args.stages, schedule=args.schedule, steps=args.steps,
-        device=args.device, plan=CompressionPlan(), plugins=tuple(args.plugins), eval_uncompressed=False,
-    ).validate()  # fmt: skip
+        task=args.task,
+        tier=args.tier,
+        stages=args.stages,
+        schedule=args.schedule,
+        steps=args.steps,
+        device=args.device,
+        plan=CompressionPlan(),
+        plugins=tuple(args.plugins),
+        eval_uncompressed=False,
+    ).validate()
     best: dict[str, tuple[float, Any]] = {}
     for _ in range(args.repeat):  # interleaved, so that a burst of interference hits all variants alike
         plain = train_unsplit(cfg)
@@ -53,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
             if r.time.step_s < best.get(mode, (math.inf, None))[0]:
                 best[mode] = (r.time.step_s, r)
     base, plain = best["unsplit"]
-    print(f"{args.task}/{args.tier}: {len(plain.step_walls)} steps, {cfg.n_stages} stages, {args.schedule}, {args.device}, best of {args.repeat}")
+    print(
+        f"{args.task}/{args.tier}: {len(plain.step_walls)} steps, {cfg.n_stages} stages, {args.schedule}, {args.device}, best of {args.repeat}"
+    )
     print(f"  unsplit model         {base * 1e3:9.2f} ms/step")
     for mode in args.modes:
         _, r = best[mode]

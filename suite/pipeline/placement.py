@@ -32,12 +32,12 @@ class Placement:
             raise ValueError(f"{self.n_stages} stages cannot be spread evenly over {self.n_ranks} pipeline ranks")
 
     @classmethod
-    def all_local(cls, n_stages: int, n_ranks: int) -> "Placement":
+    def all_local(cls, n_stages: int, n_ranks: int) -> Placement:
         """Every pipeline rank of one replica in this process (single mode)."""
         return cls(n_stages, n_ranks, tuple(range(n_ranks)))
 
     @classmethod
-    def of_rank(cls, rank: int, n_stages: int, n_ranks: int, dp_size: int) -> "Placement":
+    def of_rank(cls, rank: int, n_stages: int, n_ranks: int, dp_size: int) -> Placement:
         """What global rank ``rank`` runs under torchrun (inverse of :meth:`address`)."""
         return cls(n_stages, n_ranks, (rank % n_ranks,), rank // n_ranks, dp_size)
 

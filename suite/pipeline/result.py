@@ -116,7 +116,7 @@ class RunResult:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RunResult":
+    def from_dict(cls, d: dict[str, Any]) -> RunResult:
         d = dict(d)
         d["curve"] = [EvalPoint(**p) for p in d["curve"]]
         d["bytes"] = {k: ByteCounts(**v) for k, v in d["bytes"].items()}

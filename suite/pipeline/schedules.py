@@ -286,7 +286,9 @@ def check_schedule(schedule: Schedule, backward: bool = True) -> None:
                 raise ValueError(f"schedule {schedule.name!r}: action {a!r} is out of range (S={S}, M={M})")
             if schedule.rank_of(a.stage) != r:
                 home = schedule.rank_of(a.stage)
-                raise ValueError(f"schedule {schedule.name!r}: action {a!r} is on rank {r}, its stage lives on rank {home}")
+                raise ValueError(
+                    f"schedule {schedule.name!r}: action {a!r} is on rank {r}, its stage lives on rank {home}"
+                )
             counts[(a.stage, a.kind, a.microbatch)] += 1
     for s in range(S):
         if s + 1 < S and schedule.rank_of(s) == schedule.rank_of(s + 1):

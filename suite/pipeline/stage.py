@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from tasks import Batch, Task, autocast
 
-from .boundary import Micro, ReceiverEnd, Received, SenderEnd, Sent, derive_seed
+from .boundary import Micro, Received, ReceiverEnd, SenderEnd, Sent, derive_seed
 from .timing import Clock
 
 __all__ = ["Stage", "GradSync", "NoSync"]

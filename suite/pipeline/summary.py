@@ -16,8 +16,6 @@ import os
 from statistics import fmean
 from typing import Any
 
-from .accounting import ByteMeter, boundary_key, dp_key
-from .config import CellConfig
 from suite.results.network import (
     PROTOCOLS,
     ActionCost,
@@ -31,6 +29,9 @@ from suite.results.network import (
     model_run,
     quantile,
 )
+
+from .accounting import ByteMeter, boundary_key, dp_key
+from .config import CellConfig
 from .result import EvalPoint, RunResult, TimeSplit
 from .schedules import pipeline_ranks, rank_of_stage
 from .timing import SECTIONS
@@ -227,8 +228,10 @@ def summarize(config: CellConfig, reports: list[dict[str, Any]]) -> RunResult:
         stage_times=rows,
         losses=losses,
         compressor_state_bytes=sum(r["compressor_state_bytes"] for r in reports),
-        compressor_stats={k: sum(r.get("compressor_stats", {}).get(k, 0) for r in reports)
-                          for k in sorted({k for r in reports for k in r.get("compressor_stats", {})})},
+        compressor_stats={
+            k: sum(r.get("compressor_stats", {}).get(k, 0) for r in reports)
+            for k in sorted({k for r in reports for k in r.get("compressor_stats", {})})
+        },
         eval_bytes=meter.eval_totals(),
         wire_bytes_by_step=by_step,
         timing_inputs=inputs.to_dict(),

@@ -80,7 +80,7 @@ class Clock:
         ev.record()
         return ev
 
-    def section(self, name: str) -> "_Section":
+    def section(self, name: str) -> _Section:
         """``with clock.section("compress"): ...`` charges the block to ``name``."""
         return _Section(self, name)
 
@@ -107,7 +107,7 @@ class Clock:
                 self._charge_action(sec, own, computed)
         self._closed = []
 
-    def _charge_action(self, sec: "_Section", own: float, computed: set[str]) -> None:
+    def _charge_action(self, sec: _Section, own: float, computed: set[str]) -> None:
         row = self.current_actions.setdefault(sec.action, [0.0, 0.0, 0.0])
         if sec.parent is not None or sec.name in ("compute", "optimizer"):
             if sec.name != "comm":  # nested work (a data-parallel hook inside the backward) is compute

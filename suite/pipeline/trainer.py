@@ -89,8 +89,14 @@ def train(
     plan = resolve_plan(cfg.plan, get_task_class(cfg.task), S, placement.dp_size)
 
     # --- task, budget, model (identical on every rank) -----------------------------------------
-    task = build_task(cfg.task, cfg.tier, seed=cfg.seed, data_dir=cfg.data_dir, features=plan.features,
-                      feature_options=plan.feature_options)
+    task = build_task(
+        cfg.task,
+        cfg.tier,
+        seed=cfg.seed,
+        data_dir=cfg.data_dir,
+        features=plan.features,
+        feature_options=plan.feature_options,
+    )
     if cfg.steps is not None:
         task.budget = replace(task.budget, steps=cfg.steps)
     budget = task.budget
@@ -116,8 +122,17 @@ def train(
             # as under torchrun, so a link's sender and receiver share no module state (issue 12, A9)
             realm = ("stage", s) if len(placement.stages) > 1 else None
             with private_plugin_modules(realm):
-                e = cls(b, plan.spec("forward", b), plan.spec("backward", b), transport,
-                        placement.rank(peer_stage), device, cfg.seed, clock, cfg.check_consistency)  # fmt: skip
+                e = cls(
+                    b,
+                    plan.spec("forward", b),
+                    plan.spec("backward", b),
+                    transport,
+                    placement.rank(peer_stage),
+                    device,
+                    cfg.seed,
+                    clock,
+                    cfg.check_consistency,
+                )
             for c in e.compressors() + e.twin_compressors():  # twins: consistency check only
                 c.bind(features)
                 c.to(device)
@@ -133,11 +148,20 @@ def train(
             train_module, sync = wrap_stage(module, dp_groups[s], device, hook)
             hooks.append(hook)
         stage = Stage(
-            s, S, module, task, device, clock, M, cfg.seed,
+            s,
+            S,
+            module,
+            task,
+            device,
+            clock,
+            M,
+            cfg.seed,
             upstream=end(ReceiverEnd, s - 1, s - 1) if s > 0 else None,
             downstream=end(SenderEnd, s, s + 1) if s < S - 1 else None,
-            train_module=train_module, sync=sync, autocast_dtype=budget.autocast_dtype,
-        )  # fmt: skip
+            train_module=train_module,
+            sync=sync,
+            autocast_dtype=budget.autocast_dtype,
+        )
         stage.optimizer = task.make_optimizer(stage.parameters())
         stage.scheduler = task.make_scheduler(stage.optimizer)
         stages[s] = stage
@@ -217,7 +241,9 @@ def train(
         protocol=transport.PROTOCOL,
         loadavg=report["loadavg"] + [load_average()],
         compressor_state_bytes=sum(
-            c.state_nbytes() for st in stages.values() for c in st.compressors() + [c for h in hooks for c in h.compressors()]
+            c.state_nbytes()
+            for st in stages.values()
+            for c in st.compressors() + [c for h in hooks for c in h.compressors()]
         ),
         compressor_stats=compressor_stats(
             [c for st in stages.values() for c in st.compressors()] + [c for h in hooks for c in h.compressors()]
@@ -236,7 +262,9 @@ def load_average() -> float | None:
         return None
 
 
-def _log_progress(task, done: int, steps: int, report: dict[str, Any], point: dict | None, t0: float, owner: bool) -> None:
+def _log_progress(
+    task, done: int, steps: int, report: dict[str, Any], point: dict | None, t0: float, owner: bool
+) -> None:
     """One progress line from the process that owns the last stage (it has the loss)."""
     if not owner or not progress_log.isEnabledFor(logging.INFO):
         return

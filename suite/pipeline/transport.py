@@ -60,10 +60,21 @@ __all__ = [
 
 PREFIX_NBYTES = 8
 _DTYPES: list[torch.dtype] = [
-    torch.float32, torch.float16, torch.bfloat16, torch.float64,
-    torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool,
-    torch.float8_e4m3fn, torch.float8_e5m2, torch.complex64, torch.complex128,
-]  # fmt: skip
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.float64,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.bool,
+    torch.float8_e4m3fn,
+    torch.float8_e5m2,
+    torch.complex64,
+    torch.complex128,
+]
 for _name in ("uint16", "uint32", "uint64", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"):
     if hasattr(torch, _name):
         _DTYPES.append(getattr(torch, _name))
@@ -285,7 +296,9 @@ class LocalTransport(Transport):
     def _receive_framed(self, src: int) -> tuple[Payload, torch.Size, torch.dtype]:
         payload, shape, dtype = self._pop(src)
         if shape is None:
-            raise TransportError(f"stage {self.rank}: expected a framed message from stage {src}, got a body (stream mismatch)")
+            raise TransportError(
+                f"stage {self.rank}: expected a framed message from stage {src}, got a body (stream mismatch)"
+            )
         return payload, shape, dtype
 
     def _receive_body(self, src: int, layout: Layout) -> Payload:
@@ -317,7 +330,7 @@ class DistTransport(Transport):
         for t in tensors:
             try:
                 work = dist.isend(t, dst)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 raise TransportError(f"rank {self.rank}: sending to rank {dst} failed: {_first_line(e)}") from e
             self._pending.append((work, t))  # the tensor must stay alive until the send completes
 
@@ -340,7 +353,7 @@ class DistTransport(Transport):
                 return (out,)
             buf = torch.empty(_layout_nbytes(layout), dtype=torch.uint8, device=self.device)
             dist.recv(buf, src)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise TransportError(
                 f"rank {self.rank}: receiving from rank {src} failed (peer died or stalled?): {_first_line(e)}"
             ) from e
@@ -360,7 +373,7 @@ class DistTransport(Transport):
             dist.recv(prefix, src)
             buf = torch.empty(int(prefix.item()), dtype=torch.uint8, device=self.device)
             dist.recv(buf, src)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise TransportError(
                 f"rank {self.rank}: receiving from rank {src} failed (peer died or stalled?): {_first_line(e)}"
             ) from e
@@ -371,7 +384,7 @@ class DistTransport(Transport):
             work, _ = self._pending.popleft()
             try:
                 work.wait()
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 raise TransportError(f"rank {self.rank}: a send did not complete: {_first_line(e)}") from e
 
     def trim(self) -> None:

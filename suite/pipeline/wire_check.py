@@ -61,7 +61,9 @@ def kernel_check(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for s in r["stages"]:
             node_of_stage[s] = iface
         if k:
-            nodes.setdefault(iface, {"node": k["node"], "iface": iface, "tx": 0, "rx": 0, "wire_sent": 0, "wire_received": 0})
+            nodes.setdefault(
+                iface, {"node": k["node"], "iface": iface, "tx": 0, "rx": 0, "wire_sent": 0, "wire_received": 0}
+            )
             nodes[iface]["tx"] += k["tx"]
             nodes[iface]["rx"] += k["rx"]
     for r in reports:

@@ -21,7 +21,6 @@ import sys
 
 from suite import settings
 
-
 _T0 = __import__("time").perf_counter()
 
 
@@ -43,24 +42,24 @@ def _die_with_parent() -> None:
 
 _die_with_parent()  # before the heavy imports below
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import traceback  # noqa: E402
-from datetime import timedelta  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import json
+import traceback
+from datetime import timedelta
+from pathlib import Path
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
+import torch
+import torch.distributed as dist
 
-from .accounting import ByteMeter  # noqa: E402
-from .config import CellConfig, ConfigError  # noqa: E402
-from .data_parallel import make_dp_groups  # noqa: E402
-from .summary import summarize  # noqa: E402
-from .placement import Placement  # noqa: E402
-from .schedules import pipeline_ranks  # noqa: E402
-from .trainer import resolve_device, train  # noqa: E402
-from .transport import DistTransport  # noqa: E402
-from .wire_check import counters_iface, kernel_check, read_counters  # noqa: E402
+from .accounting import ByteMeter
+from .config import CellConfig, ConfigError
+from .data_parallel import make_dp_groups
+from .placement import Placement
+from .schedules import pipeline_ranks
+from .summary import summarize
+from .trainer import resolve_device, train
+from .transport import DistTransport
+from .wire_check import counters_iface, kernel_check, read_counters
 
 __all__ = ["main"]
 

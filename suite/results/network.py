@@ -284,7 +284,9 @@ class _Sim:
             self.now, _, fn = heapq.heappop(self._heap)
             fn(self.now)
         if self.pos != [len(a) for a in self.schedule]:
-            stuck = {r: "%d%s%d" % self.schedule[r][p] for r, p in enumerate(self.pos) if p < len(self.schedule[r])}
+            stuck = {
+                r: "{}{}{}".format(*self.schedule[r][p]) for r, p in enumerate(self.pos) if p < len(self.schedule[r])
+            }
             raise ValueError(f"schedule deadlocks in the simulation (ranks waiting at {stuck})")
         return self.end
 
@@ -654,7 +656,7 @@ def model_run(
         steady_s = steady_comm = 0.0
         done = total = 0.0
         ttt = None
-        for (load, count), t, t0 in zip(runs, run_step_times(inputs, net, statistic), ideal):
+        for (_load, count), t, t0 in zip(runs, run_step_times(inputs, net, statistic), ideal):
             # steps [done, done + count) of this run; the warm-up ones don't count for step_s
             steady = max(0, min(count, done + count - warm))
             steady_s += steady * t

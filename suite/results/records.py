@@ -40,9 +40,18 @@ import math
 from typing import Any
 
 __all__ = [
-    "SCHEMA", "STATUSES", "REQUIRED", "RecordError", "validate_record", "is_ok", "derived_bytes_per_step",
-    "MAX_SEED", "MAX_BYTES", "MAX_STEPS", "TASK_METRICS",
-]  # fmt: skip
+    "SCHEMA",
+    "STATUSES",
+    "REQUIRED",
+    "RecordError",
+    "validate_record",
+    "is_ok",
+    "derived_bytes_per_step",
+    "MAX_SEED",
+    "MAX_BYTES",
+    "MAX_STEPS",
+    "TASK_METRICS",
+]
 
 SCHEMA = "mpcbench.record/1"
 STATUSES = ("ok", "failed", "timeout")

@@ -21,7 +21,15 @@ ROOT = Path(__file__).resolve().parents[2]
 # package (dotted prefix) -> packages it must never import
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "suite.results": ("suite.pipeline", "suite.bench", "leaderboard", "compressors", "tasks", "torch"),
-    "suite.settings": ("suite.pipeline", "suite.bench", "suite.results", "leaderboard", "compressors", "tasks", "torch"),
+    "suite.settings": (
+        "suite.pipeline",
+        "suite.bench",
+        "suite.results",
+        "leaderboard",
+        "compressors",
+        "tasks",
+        "torch",
+    ),
     "suite.pipeline": ("suite.bench", "leaderboard"),
     "leaderboard": ("suite.pipeline", "suite.bench", "torch"),
     "compressors": ("suite", "tasks", "leaderboard"),

@@ -52,7 +52,9 @@ def test_both_instances_initialize_identically_from_the_seed():
     w = a.encoder.weight.detach()  # (k, d) orthonormal rows
     torch.testing.assert_close(w @ w.T, torch.eye(8), atol=1e-5, rtol=0)
     inside = torch.randn(3, 5, 8) @ w
-    torch.testing.assert_close(b.decompress(a.compress(inside, _info(inside)), _info(inside)), inside, atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        b.decompress(a.compress(inside, _info(inside)), _info(inside)), inside, atol=1e-5, rtol=0
+    )
 
 
 def test_init_does_not_consume_global_rng():

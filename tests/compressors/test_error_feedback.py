@@ -11,8 +11,13 @@ from compressors.builtins.error_feedback import EF21, ErrorFeedback
 INNER = "quant(bits=2, scale=tensor)"  # coarse on purpose: large per-step error
 
 
-def _info(x: torch.Tensor, step: int = 0, microbatch: int = 0, training: bool = True,
-          role: TensorRole = TensorRole.WEIGHT_GRAD) -> TensorInfo:
+def _info(
+    x: torch.Tensor,
+    step: int = 0,
+    microbatch: int = 0,
+    training: bool = True,
+    role: TensorRole = TensorRole.WEIGHT_GRAD,
+) -> TensorInfo:
     return TensorInfo(role, 0, microbatch, step, x.shape, x.dtype, x.device, seed=step, training=training)
 
 
@@ -144,10 +149,26 @@ def test_ef_delegates_custom_reduce_with_residual_against_the_result():
 
 
 # --------------------------------------------------------------------------- per-sample memory
-def _act(x: torch.Tensor, ids: list[int], step: int, role: TensorRole = TensorRole.ACTIVATION,
-         microbatch: int = 0, training: bool = True) -> TensorInfo:
-    return TensorInfo(role, 0, microbatch, step, x.shape, x.dtype, x.device, seed=step,
-                      sample_ids=torch.tensor(ids), training=training)
+def _act(
+    x: torch.Tensor,
+    ids: list[int],
+    step: int,
+    role: TensorRole = TensorRole.ACTIVATION,
+    microbatch: int = 0,
+    training: bool = True,
+) -> TensorInfo:
+    return TensorInfo(
+        role,
+        0,
+        microbatch,
+        step,
+        x.shape,
+        x.dtype,
+        x.device,
+        seed=step,
+        sample_ids=torch.tensor(ids),
+        training=training,
+    )
 
 
 def _epochs(n_samples: int, batch: int, epochs: int, seed: int = 0) -> list[list[int]]:
@@ -190,7 +211,9 @@ def test_ef_memory_choices_key_the_state_as_documented():
     sample = build(f"ef({INNER}, memory=sample)")
     sample.compress(x, _act(x, [0, 1, 2, 3], 0, role=TensorRole.ACTIVATION_GRAD))
     assert sample._residuals == {} and sample._rows.nbytes() > 0
-    with pytest.raises(CompressorError, match="memory='tensor' is not allowed; allowed values: auto, sample, microbatch"):
+    with pytest.raises(
+        CompressorError, match="memory='tensor' is not allowed; allowed values: auto, sample, microbatch"
+    ):
         build(f"ef({INNER}, memory=tensor)")
     with pytest.raises(CompressorError, match="one id per sample"):
         sample.compress(x, _act(x, [0, 1], 1))

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from compressors import TensorInfo, TensorRole, build
-from compressors.builtins import _fast, sparsification
+from compressors.builtins import sparsification
 from compressors.builtins._fast import Fused, abs_ge, dequant, fp8_decode, nonzero_1d, quant_codes, row_minmax
 from compressors.builtins.sparsification import Threshold, TopK, stratum_positions, topk_positions
 
@@ -170,7 +170,7 @@ def test_compiled_twins_equal_eager_on_cpu():
     """Inductor's CPU backend (needs a C++ compiler; ~1-2 min cold, seconds when cached)."""
     try:
         Fused(abs_ge.eager).compiled()(torch.ones(4), torch.tensor(0.5))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         pytest.skip(f"torch.compile unavailable on CPU here: {type(e).__name__}: {str(e)[:120]}")
     for f, args in _kernel_cases(torch.device("cpu")):
         _assert_twin_matches(f, args)
@@ -185,7 +185,9 @@ def test_compiled_twins_equal_eager_on_cuda():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("spec", ["quant", "quant(bits=4)", "quant(scale=block)", "fp8", "topk", "topk(granularity=tensor)"])
+@pytest.mark.parametrize(
+    "spec", ["quant", "quant(bits=4)", "quant(scale=block)", "fp8", "topk", "topk(granularity=tensor)"]
+)
 def test_cuda_fast_paths_decode_like_cpu(spec):
     """Payloads made on CUDA (compiled twins on) decode to what CPU eager makes, within fp32 rounding."""
     x = _randn(8 * 64 * 256, seed=9).view(8, 64, 256)

@@ -155,7 +155,7 @@ def _run_replicas(grads, instances, *, step=0, seed=3):
         info = _info(x, step=step, seed=seed, role=TensorRole.WEIGHT_GRAD)
         try:
             results[rank] = instances[rank].reduce(x, info, all_reduce)
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             errors[rank] = e
 
     threads = [threading.Thread(target=replica, args=(r,)) for r in range(world)]

@@ -155,7 +155,9 @@ def test_quant_parameter_errors():
         compressors.build("quant(bits=9)")
     with pytest.raises(CompressorError, match="allowed values: tensor, row, block, sample, feature, channel"):
         compressors.build("quant(scale=column)")
-    with pytest.raises(CompressorError, match="quant: parameter range='max' is not allowed; allowed values: minmax, absmax"):
+    with pytest.raises(
+        CompressorError, match="quant: parameter range='max' is not allowed; allowed values: minmax, absmax"
+    ):
         compressors.build("quant(range=max)")
 
 
@@ -204,7 +206,9 @@ def _qrt(spec: str, x: torch.Tensor) -> torch.Tensor:
     return c.decompress(c.compress(x, info), info)
 
 
-@pytest.mark.parametrize("scale, dims", [("channel", (0, 1)), ("feature", (0,)), ("sample", (1, 2)), ("tensor", (0, 1, 2))])
+@pytest.mark.parametrize(
+    "scale, dims", [("channel", (0, 1)), ("feature", (0,)), ("sample", (1, 2)), ("tensor", (0, 1, 2))]
+)
 def test_absmax_matches_the_fixpoint_formula_per_scope(scale, dims):
     """AQ-SGD's fixpoint quantizer: s = amax|x| over ``dims``, code = clip(round(x / s * 2**(b-1)))."""
     torch.manual_seed(0)

@@ -96,13 +96,17 @@ def test_unknown_name_lists_valid_names():
     [
         ("none", Spec("none")),
         ("topk(ratio=0.1)", Spec("topk", (), (("ratio", 0.1),))),
-        ("quant(bits=4, scale=row, rounding=stochastic)",
-         Spec("quant", (), (("bits", 4), ("scale", "row"), ("rounding", "stochastic")))),
+        (
+            "quant(bits=4, scale=row, rounding=stochastic)",
+            Spec("quant", (), (("bits", 4), ("scale", "row"), ("rounding", "stochastic"))),
+        ),
         ("topk(per_sample=true)", Spec("topk", (), (("per_sample", True),))),
         ("x(a='two words', b=-3, c=none)", Spec("x", (), (("a", "two words"), ("b", -3), ("c", None)))),
         ("ef(topk(ratio=0.1))", Spec("ef", (Spec("topk", (), (("ratio", 0.1),)),))),
-        ("ef(inner=ef21(quant(bits=2)))",
-         Spec("ef", (), (("inner", Spec("ef21", (Spec("quant", (), (("bits", 2),)),))),))),
+        (
+            "ef(inner=ef21(quant(bits=2)))",
+            Spec("ef", (), (("inner", Spec("ef21", (Spec("quant", (), (("bits", 2),)),))),)),
+        ),
     ],
 )
 def test_parse_spec(text, expected):
@@ -137,7 +141,10 @@ def test_parse_errors_name_the_text(text, fragment):
         ("topk(ratio=0)", "topk: parameter ratio=0 must be a number"),
         ("topk(ratio=1.5)", "topk: parameter ratio=1.5 must be a number"),
         ("randomk(unbiased=3)", "randomk: parameter unbiased=3 must be true or false"),
-        ("topk(granularity=row)", "topk: parameter granularity='row' is not allowed; allowed values: tensor, sample, token"),
+        (
+            "topk(granularity=row)",
+            "topk: parameter granularity='row' is not allowed; allowed values: tensor, sample, token",
+        ),
         ("randomk(ratio=-0.1)", "randomk: parameter ratio=-0.1"),
         ("threshold(sample=2)", "threshold: parameter sample=2"),
         ("powersgd(rank=0)", "powersgd: parameter rank=0 must be an integer"),
@@ -206,7 +213,8 @@ def test_source_hash_is_stable_and_covers_nested_specs():
 # --------------------------------------------------------------------------- plugins
 def test_load_plugin_from_a_py_file(sandbox, tmp_path):
     f = tmp_path / "my_plugin.py"
-    f.write_text(textwrap.dedent('''
+    f.write_text(
+        textwrap.dedent('''
         from compressors import Compressor, register
 
         @register("file_plugin_test")
@@ -216,7 +224,8 @@ def test_load_plugin_from_a_py_file(sandbox, tmp_path):
                 return ((x.detach() / 2),)
             def decompress(self, payload, info):
                 return payload[0] * 2
-    '''))
+    ''')
+    )
     sandbox.load_plugin(str(f))
     assert "file_plugin_test" in compressors.available()
     c = compressors.build("file_plugin_test")

@@ -15,10 +15,10 @@ from compressors.builtins.sparsification import (
     DELTA,
     RandomK,
     Threshold,
-    stratum_positions,
     TopK,
     decode_into,
     encode_positions,
+    stratum_positions,
 )
 
 
@@ -52,15 +52,19 @@ def _delta_nbytes(pos: torch.Tensor) -> int:
 def test_index_encoding_is_the_cheapest_and_exact(case):
     n = 100_000
     g = torch.Generator().manual_seed(1)
-    pos = {
-        "contiguous": torch.arange(500, 30_500),
-        "dense_random": torch.randperm(n, generator=g)[: n // 2],
-        "sparse_random": torch.randperm(n, generator=g)[:1000],
-        "strided": torch.arange(0, n, 7),
-        "wide_gaps": torch.tensor([3, 40_000, 99_999]),  # w = 16 bits > 8: the wide path
-        "single": torch.tensor([77]),
-        "all": torch.arange(n),
-    }[case].sort().values
+    pos = (
+        {
+            "contiguous": torch.arange(500, 30_500),
+            "dense_random": torch.randperm(n, generator=g)[: n // 2],
+            "sparse_random": torch.randperm(n, generator=g)[:1000],
+            "strided": torch.arange(0, n, 7),
+            "wide_gaps": torch.tensor([3, 40_000, 99_999]),  # w = 16 bits > 8: the wide path
+            "single": torch.tensor([77]),
+            "all": torch.arange(n),
+        }[case]
+        .sort()
+        .values
+    )
     index, tag = encode_positions(pos, n)
     bitmap, delta = math.ceil(n / 8), _delta_nbytes(pos)
     assert index.dtype == torch.uint8 and tag.dtype == torch.uint8 and tag.numel() == 2

@@ -67,8 +67,15 @@ def make_record(task: str = "cifar10", compressor: str = "none", seed: int = 0, 
     per_msg = wire / steps / 2 / 4
     stage = {"compute_s": COMPUTE_S / 6, "compress_s": compress_s / 6, "optimizer_s": 0.0}
     link = {"fwd_bytes": per_msg, "bwd_bytes": per_msg, "fwd_messages": 1.0, "bwd_messages": 1.0}
-    timing_inputs = {"stages": [stage] * 3, "steps": [{"links": [link, link], "dp": []}], "microbatches": 4,
-                     "replicas": 1, "warmup_steps": 0, "counts": [steps], "extra": {}}  # fmt: skip
+    timing_inputs = {
+        "stages": [stage] * 3,
+        "steps": [{"links": [link, link], "dp": []}],
+        "microbatches": 4,
+        "replicas": 1,
+        "warmup_steps": 0,
+        "counts": [steps],
+        "extra": {},
+    }
     plan = CompressionPlan.from_dict(compressor)
     cfg = CellConfig(task=task, tier="quick", seed=seed, plan=plan, stages=3)
     rec: dict[str, Any] = {
@@ -91,10 +98,15 @@ def make_record(task: str = "cifar10", compressor: str = "none", seed: int = 0, 
         "target": target,
         "reached_target_step": steps_to_target,
         "curve": [
-            {"step": s, "metric": quality * s / steps if hib else quality + 20 * (1 - s / steps),
-             "metric_uncompressed": None, "train_loss": 2.0 - s / steps, "wall_s": s * step_s}
+            {
+                "step": s,
+                "metric": quality * s / steps if hib else quality + 20 * (1 - s / steps),
+                "metric_uncompressed": None,
+                "train_loss": 2.0 - s / steps,
+                "wall_s": s * step_s,
+            }
             for s in range(40, steps + 1, 40)
-        ],  # fmt: skip
+        ],
         "bytes": {
             "forward": {"raw": raw, "wire": wire, "messages": 2 * steps},
             "backward": {"raw": raw, "wire": wire, "messages": 2 * steps},
@@ -103,21 +115,44 @@ def make_record(task: str = "cifar10", compressor: str = "none", seed: int = 0, 
         "bytes_per_boundary": {},
         "bytes_per_step": {"forward": wire / steps, "backward": wire / steps, "dp": 0.0},
         "compression_ratio": {"forward": 1 / frac, "backward": 1 / frac, "dp": 1.0, "total": 1 / frac},
-        "time": {"step_s": step_s, "compute_s": COMPUTE_S, "compress_s": compress_s, "comm_s": 0.0,
-                 "total_train_s": step_s * steps, "total_eval_s": 1.0},  # fmt: skip
+        "time": {
+            "step_s": step_s,
+            "compute_s": COMPUTE_S,
+            "compress_s": compress_s,
+            "comm_s": 0.0,
+            "total_train_s": step_s * steps,
+            "total_eval_s": 1.0,
+        },
         "wall_s": step_s * steps + 1.0,
         "modeled": modeled,
         "timing_inputs": timing_inputs,
-        "run": {"steps": steps, "n_stages": 3, "dp": 1, "microbatches": 4, "schedule": "1f1b",
-                "mode": "single", "device": "cpu"},  # fmt: skip
+        "run": {
+            "steps": steps,
+            "n_stages": 3,
+            "dp": 1,
+            "microbatches": 4,
+            "schedule": "1f1b",
+            "mode": "single",
+            "device": "cpu",
+        },
         "config": cfg.to_dict(),
         "provenance": {
-            "git_commit": "0123abc", "git_dirty": False, "mpcbench_version": "0.1.0",
+            "git_commit": "0123abc",
+            "git_dirty": False,
+            "mpcbench_version": "0.1.0",
             "plugin_hashes": {compressor: _hex("src", compressor)},
-            "machine": {"cpu": "test-cpu", "cpu_count": 2, "gpu": None, "torch": "2.14.1", "cuda": None,
-                        "python": "3.11.7", "platform": "linux", "hostname": "ci"},
+            "machine": {
+                "cpu": "test-cpu",
+                "cpu_count": 2,
+                "gpu": None,
+                "torch": "2.14.1",
+                "cuda": None,
+                "python": "3.11.7",
+                "platform": "linux",
+                "hostname": "ci",
+            },
             "load": {"load_avg": [1.5, 1.2, 1.0]},
-        },  # fmt: skip
+        },
     }
     rec.update(overrides)
     if rec["status"] != "ok":
@@ -183,7 +218,13 @@ def records_dir(tmp_path: Path) -> Path:
 def lb() -> types.SimpleNamespace:
     """The helpers above for test modules (importing conftest directly is fragile)."""
     return types.SimpleNamespace(
-        make_record=make_record, make_records=make_records, write_jsonl=write_jsonl,
-        write_entry=write_entry, make_records_dir=make_records_dir, HOSTILE_NAME=HOSTILE_NAME,
-        TASKS=TASKS, COMPRESSORS=COMPRESSORS, PROFILES=PROFILES,
-    )  # fmt: skip
+        make_record=make_record,
+        make_records=make_records,
+        write_jsonl=write_jsonl,
+        write_entry=write_entry,
+        make_records_dir=make_records_dir,
+        HOSTILE_NAME=HOSTILE_NAME,
+        TASKS=TASKS,
+        COMPRESSORS=COMPRESSORS,
+        PROFILES=PROFILES,
+    )

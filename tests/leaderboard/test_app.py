@@ -216,7 +216,9 @@ def test_time_to_quality_plot_follows_the_network_slider(app):
     assert "1Mbps" in " ".join(str(t.value) for t in app.text)  # the page says which link is shown
     end = lambda df, c: df[df.label.str.endswith(c)].time_s.max()  # noqa: E731
     # at 1 Mbps the uncompressed run takes far longer than topk, at 1 Gbps it did not
-    assert end(slow, "/ none") / end(slow, "/ topk(ratio=0.1)") > 3 * end(fast, "/ none") / end(fast, "/ topk(ratio=0.1)")
+    assert end(slow, "/ none") / end(slow, "/ topk(ratio=0.1)") > 3 * end(fast, "/ none") / end(
+        fast, "/ topk(ratio=0.1)"
+    )
     table = _ranking(app)
     table = table[table.entry == "fixture-baselines"]
     column = next(c for c in table.columns if c.startswith("time-to-target @ 1Mbps"))
@@ -243,8 +245,13 @@ def test_filters_live_in_the_url(monkeypatch, records_dir):
 
 
 def test_local_results_are_kept_apart_unless_asked(monkeypatch, tmp_path, records_dir, lb):
-    store = lb.write_jsonl(tmp_path / "store.jsonl", [dict(r, record_id="L" + r["record_id"][1:])
-                                                     for r in lb.make_records(tasks=("cifar10",), compressors=("none",))])  # fmt: skip
+    store = lb.write_jsonl(
+        tmp_path / "store.jsonl",
+        [
+            dict(r, record_id="L" + r["record_id"][1:])
+            for r in lb.make_records(tasks=("cifar10",), compressors=("none",))
+        ],
+    )
     at = _app(monkeypatch, records_dir, results=store)
     assert "local" not in set(_ranking(at).entry)
     at.checkbox(key="local").check().run()
@@ -254,7 +261,9 @@ def test_local_results_are_kept_apart_unless_asked(monkeypatch, tmp_path, record
 def test_the_whole_ranking_is_visible_and_the_detail_is_a_card(app):
     card = next(d.value for d in app.main.dataframe if list(d.value.columns) == ["", "value"])
     fields = dict(zip(card.iloc[:, 0], card.value))
-    assert {"entry", "submitted by", "compressor", "setup", "machine and load", "code version", "plugin source"} <= set(fields)
+    assert {"entry", "submitted by", "compressor", "setup", "machine and load", "code version", "plugin source"} <= set(
+        fields
+    )
     assert "test-cpu" in fields["machine and load"] and "load 1.5" in fields["machine and load"]
     table = _ranking(app)
     assert all("load 1.5" in v for v in table["measured on (load)"])
@@ -277,7 +286,11 @@ def test_screenshot_view_options_become_url_parameters():
     from leaderboard.screenshot import view_query
 
     assert view_query(task="sst2", rule="pareto", network="1Gbps", entry="e") == {
-        "task": "sst2", "rule": "pareto", "entry": "e", "network": "1Gbps"}  # fmt: skip
+        "task": "sst2",
+        "rule": "pareto",
+        "entry": "e",
+        "network": "1Gbps",
+    }
     q = view_query(network="300Mbps/2ms")
     assert q["network"] == "custom" and float(q["bw"]) == 3e8 and float(q["lat"]) == 0.002
     with _pytest.raises(ValueError, match="BANDWIDTH/LATENCY"):

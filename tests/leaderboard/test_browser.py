@@ -15,7 +15,9 @@ pytestmark = [
 # every cell of the ranking grid and its headers, as rendered (glide-data-grid keeps an
 # accessible <table role="grid"> with the visible cells next to its canvas)
 GRID_TEXT_JS = "[...document.querySelectorAll('[data-testid=stDataFrame] [role=grid]')].map(g => g.innerText)"
-CHARTS_JS = "document.querySelectorAll('[data-testid=stVegaLiteChart] canvas, [data-testid=stVegaLiteChart] svg').length"
+CHARTS_JS = (
+    "document.querySelectorAll('[data-testid=stVegaLiteChart] canvas, [data-testid=stVegaLiteChart] svg').length"
+)
 
 
 def test_leaderboard_renders_in_chromium(records_dir, lb, tmp_path):
@@ -52,10 +54,14 @@ def test_time_to_quality_and_the_network_slider_in_chromium(records_dir, tmp_pat
     with serve(["--records", str(records_dir)]) as url, Browser(width=1600) as b:
         b.goto(f"{url}/?{urlencode(query)}")
         text = b.wait_for(["Time to quality", "custom: 1Mbps", "Fastest time-to-target"])
-        assert "modeled wall-clock seconds" in b.wait_js(
-            "[...document.querySelectorAll('[data-testid=stVegaLiteChart]')].map(e => e.innerText + ' ' + "
-            "[...e.querySelectorAll('[aria-label]')].map(x => x.getAttribute('aria-label')).join(' ')).join(' ')"
-        ) or "Time to quality" in text
+        assert (
+            "modeled wall-clock seconds"
+            in b.wait_js(
+                "[...document.querySelectorAll('[data-testid=stVegaLiteChart]')].map(e => e.innerText + ' ' + "
+                "[...e.querySelectorAll('[aria-label]')].map(x => x.getAttribute('aria-label')).join(' ')).join(' ')"
+            )
+            or "Time to quality" in text
+        )
         grid = b.wait_js(f"({GRID_TEXT_JS})[0]")
         assert "time-to-target @ 1Mbps/10ms" in grid  # the answer column is visible, not scrolled away
         order = [grid.find(f"fixture-baselines{c}") for c in ("quant(bits=4)", "topk(ratio=0.1)", "fp16", "none")]

@@ -24,26 +24,60 @@ from leaderboard.submissions import load_entries
 
 TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
 HOSTILE_SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(10**30), max_value=10**30), st.floats(allow_nan=True, allow_infinity=True),
-    TEXT, st.just("\x1b[2J# heading\n<script>x</script>"), st.just("9999-99-99"),
-)  # fmt: skip
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True),
+    TEXT,
+    st.just("\x1b[2J# heading\n<script>x</script>"),
+    st.just("9999-99-99"),
+)
 HOSTILE_VALUES = st.recursive(
     HOSTILE_SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3), max_leaves=6
 )
-FIELDS = ["final_metric", "seed", "created", "task", "compressor", "metric_name", "higher_is_better", "bytes",
-          "bytes_per_step", "curve", "run", "time", "modeled", "provenance", "config", "status", "error", "record_id",
-          "cell_key", "entry", "is_maintainer", "specs", "schema"]  # fmt: skip
+FIELDS = [
+    "final_metric",
+    "seed",
+    "created",
+    "task",
+    "compressor",
+    "metric_name",
+    "higher_is_better",
+    "bytes",
+    "bytes_per_step",
+    "curve",
+    "run",
+    "time",
+    "modeled",
+    "provenance",
+    "config",
+    "status",
+    "error",
+    "record_id",
+    "cell_key",
+    "entry",
+    "is_maintainer",
+    "specs",
+    "schema",
+]
 YAML_TEXTS = st.one_of(
     TEXT,
-    st.sampled_from([
-        "name: x\nsubmitter: y\ndate: 2026-13-45\n", "name: x\nsubmitter: y\ndate: 2026-02-30\n",
-        "name: x\nsubmitter: y\ndate: 9999-12-31\n", f"name: {'9' * 5000}\nsubmitter: y\ndate: 2026-01-01\n",
-        "a: &a [1, 2]\nb: {<<: *a}\nname: x\nsubmitter: y\ndate: 2026-01-01\n",
-        "name: !!python/object/apply:os.system [true]\nsubmitter: y\ndate: 2026-01-01\n",
-        "name: !!int '12'\nsubmitter: y\ndate: 2026-01-01\n", "[1, 2, 3]", "{{{{", "\x00\xff",
-        "name: x\nsubmitter: y\ndate: 2026-01-01\nplugin: p.py\nplugin_hash: 0000000000000000\n",
-    ]),
-)  # fmt: skip
+    st.sampled_from(
+        [
+            "name: x\nsubmitter: y\ndate: 2026-13-45\n",
+            "name: x\nsubmitter: y\ndate: 2026-02-30\n",
+            "name: x\nsubmitter: y\ndate: 9999-12-31\n",
+            f"name: {'9' * 5000}\nsubmitter: y\ndate: 2026-01-01\n",
+            "a: &a [1, 2]\nb: {<<: *a}\nname: x\nsubmitter: y\ndate: 2026-01-01\n",
+            "name: !!python/object/apply:os.system [true]\nsubmitter: y\ndate: 2026-01-01\n",
+            "name: !!int '12'\nsubmitter: y\ndate: 2026-01-01\n",
+            "[1, 2, 3]",
+            "{{{{",
+            "\x00\xff",
+            "name: x\nsubmitter: y\ndate: 2026-01-01\nplugin: p.py\nplugin_hash: 0000000000000000\n",
+        ]
+    ),
+)
 
 
 @st.composite

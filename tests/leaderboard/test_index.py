@@ -33,8 +33,9 @@ def test_index_matches_a_full_load_and_rebuilds_only_what_changed(tmp_path, lb):
     full, light = aggregate(to_frame(records)), aggregate(ix.frame)
     cols = ["task", "compressor", "entry", "n", "metric_mean", "delta", "p_value", "time_to_target_s@1Gbps"]
     key = ["task", "entry", "compressor"]
-    pd.testing.assert_frame_equal(full[cols].sort_values(key).reset_index(drop=True),
-                                  light[cols].sort_values(key).reset_index(drop=True))  # fmt: skip
+    pd.testing.assert_frame_equal(
+        full[cols].sort_values(key).reset_index(drop=True), light[cols].sort_values(key).reset_index(drop=True)
+    )
     assert load_index([str(store)], [str(root)], index_dir=tmp_path / "ix").rebuilt == []
     with (a / "results.jsonl").open("a") as f:  # one entry changes: only it is loaded again
         f.write(json.dumps(dict(lb.make_record("cifar10", "none", 7), record_id="entr" + "9" * 28)) + "\n")
@@ -71,8 +72,12 @@ def test_the_report_reads_the_index_and_lists_runs_over_links(tmp_path, lb, caps
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     recs = lb.make_records(tasks=("cifar10",), compressors=("none", "fp16"))
-    recs[-1]["network"] = {"link": "100mbit", "emulated": True, "measured": {"step_s": 0.5},
-                           "modeled": {"as_emulated": {"step_s": 0.45}}}  # fmt: skip
+    recs[-1]["network"] = {
+        "link": "100mbit",
+        "emulated": True,
+        "measured": {"step_s": 0.5},
+        "modeled": {"as_emulated": {"step_s": 0.45}},
+    }
     store = lb.write_jsonl(tmp_path / "store.jsonl", recs)
     assert main(["report", "--results", str(store)]) == 0
     out = capsys.readouterr().out

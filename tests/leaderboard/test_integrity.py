@@ -62,8 +62,9 @@ def test_a2_integer_of_5000_digits_in_entry_yaml(tmp_path, lb):
 # --------------------------------------------------------------------------- A3: huge plugin file
 def test_a3_sparse_3gib_plugin_is_refused_without_reading_it(tmp_path, lb):
     good = _good(lb, tmp_path)
-    d = lb.write_entry(tmp_path, "huge-plugin", [lb.make_record("cifar10", "quant(bits=4)", 0)],
-                       plugin="p.py", plugin_hash="0" * 16)  # fmt: skip
+    d = lb.write_entry(
+        tmp_path, "huge-plugin", [lb.make_record("cifar10", "quant(bits=4)", 0)], plugin="p.py", plugin_hash="0" * 16
+    )
     with open(d / "p.py", "wb") as f:
         f.truncate(3 * 2**30)  # sparse: no disk used, but reading it would need 3 GiB of memory
     tracemalloc.start()
@@ -100,7 +101,9 @@ def test_a4_junk_line_file_is_cheap_and_reported_in_a_few_lines(tmp_path, lb):
 
 def test_a4_entry_budget_spans_files(tmp_path, lb, monkeypatch):
     monkeypatch.setattr(submissions, "MAX_ENTRY_LINES", 3)
-    d = lb.write_entry(tmp_path, "many", lb.make_records(tasks=("cifar10",), compressors=("none", "fp16"), seeds=(0, 1)))
+    d = lb.write_entry(
+        tmp_path, "many", lb.make_records(tasks=("cifar10",), compressors=("none", "fp16"), seeds=(0, 1))
+    )
     records, problems = load_entries(tmp_path)
     assert len(records) == 3 and "more than 3 lines" in problems[-1].reason and problems[-1].path == str(d)
 
@@ -170,7 +173,10 @@ def test_a6_record_belongs_to_its_folder_whatever_it_claims(tmp_path, lb):
         ({"metric_name": "acc2"}, "task 'cifar10' is measured by 'accuracy'"),
         ({"bytes_per_step": {"forward": -1e18, "backward": 0.0, "dp": 0.0}}, "bytes_per_step.forward"),
         ({"bytes_per_step": {"forward": 1.0, "backward": 1.0, "dp": 0.0}}, "derived from the counted bytes"),
-        ({"bytes": {"forward": {"raw": 2**55, "wire": 1, "messages": 1}}}, "bytes.forward.raw must be a non-negative integer"),
+        (
+            {"bytes": {"forward": {"raw": 2**55, "wire": 1, "messages": 1}}},
+            "bytes.forward.raw must be a non-negative integer",
+        ),
         ({"bytes": {"forward": {"raw": 10, "wire": 5, "messages": 0}}}, "in 0 messages"),
         ({"time": {"step_s": -1.0}}, "time.step_s"),
         ({"run": {"steps": 0}}, "run.steps"),

@@ -30,7 +30,9 @@ def test_a_crowded_cluster_still_does_not_overlap():
     rng = random.Random(0)
     xs = [1e6 * (1 + rng.random() * 0.05) for _ in range(25)]
     ys = [0.3 + rng.random() * 0.01 for _ in range(25)]
-    places = place_labels(xs, ys, [f"compressor-{i}" for i in range(25)], Scale(1e5, 1e7, 860, log=True), Scale(0.2, 0.4, 400, flip=True))
+    places = place_labels(
+        xs, ys, [f"compressor-{i}" for i in range(25)], Scale(1e5, 1e7, 860, log=True), Scale(0.2, 0.4, 400, flip=True)
+    )
     boxes = [p.box for p in places]
     assert all(_disjoint(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
     assert any(p.leader for p in places)  # the far ones point back with a leader line

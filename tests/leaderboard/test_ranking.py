@@ -111,7 +111,11 @@ def test_time_to_target_mean_over_reached_seeds_and_fraction(lb):
 
 
 def test_baseline_prefers_the_same_entry(lb):
-    mine = [dict(lb.make_record("cifar10", c, s, record_id=f"m{c}{s}"), entry="mine") for c in ("none", "fp16") for s in range(2)]
+    mine = [
+        dict(lb.make_record("cifar10", c, s, record_id=f"m{c}{s}"), entry="mine")
+        for c in ("none", "fp16")
+        for s in range(2)
+    ]
     mine[0]["final_metric"] = mine[1]["final_metric"] = 0.30  # my machine's baseline is much worse
     ref = lb.make_records(tasks=("cifar10",), compressors=("none",))
     agg = aggregate(to_frame(mine + ref))
@@ -127,8 +131,10 @@ def test_no_third_party_baseline_only_the_maintainers(lb):
     other = [dict(lb.make_record("cifar10", "fp16", s, record_id=f"o{s}"), entry="other") for s in range(3)]
     row = _row(aggregate(to_frame(ref + other)), "cifar10", "fp16", entry="other")
     assert row.baseline_entry == "" and row.significance == "no baseline" and math.isnan(row.delta)
-    forged = [dict(lb.make_record("cifar10", "none", s, record_id=f"f{s}", final_metric=0.99), entry="0-attacker")
-              for s in range(5)]  # fmt: skip
+    forged = [
+        dict(lb.make_record("cifar10", "none", s, record_id=f"f{s}", final_metric=0.99), entry="0-attacker")
+        for s in range(5)
+    ]
     maint = [dict(r, entry=ranking.MAINTAINERS) for r in ref]
     agg = aggregate(to_frame(maint + forged + other))
     row = _row(agg, "cifar10", "fp16", entry="other")
@@ -140,9 +146,17 @@ def test_no_third_party_baseline_only_the_maintainers(lb):
 
 @pytest.mark.parametrize(
     "p,n,nb,marker",
-    [(0.0001, 3, 3, "***"), (0.005, 3, 3, "**"), (0.04, 3, 3, "*"), (0.05, 3, 3, "n.s."), (0.5, 5, 3, "n.s."),
-     (0.0001, 1, 3, "n too small"), (0.0001, 3, 1, "n too small"), (math.nan, 3, 3, "n.s.")],
-)  # fmt: skip
+    [
+        (0.0001, 3, 3, "***"),
+        (0.005, 3, 3, "**"),
+        (0.04, 3, 3, "*"),
+        (0.05, 3, 3, "n.s."),
+        (0.5, 5, 3, "n.s."),
+        (0.0001, 1, 3, "n too small"),
+        (0.0001, 3, 1, "n too small"),
+        (math.nan, 3, 3, "n.s."),
+    ],
+)
 def test_significance_marker(p, n, nb, marker):
     assert significance_marker(p, n, nb) == marker
 
@@ -218,10 +232,9 @@ def test_unknown_rule_and_direction_are_rejected(records):
 def test_pareto_ranks_hand_made_case():
     # x = bytes (smaller better), y = quality (larger better)
     df = pd.DataFrame(
-        {"x": [1, 2, 3, 2, 4, 3, 5, np.nan, 3],
-         "y": [1, 3, 4, 2, 4, 3, 1, 9, 4]},
+        {"x": [1, 2, 3, 2, 4, 3, 5, np.nan, 3], "y": [1, 3, 4, 2, 4, 3, 1, 9, 4]},
         index=list("abcdefghi"),
-    )  # fmt: skip
+    )
     ranks = pareto_ranks(df, "x", "y")
     # front 1: a(1,1) b(2,3) c(3,4) and its twin i(3,4); e(4,4) is dominated by c;
     # front 2: d(2,2) f(3,3) e(4,4); front 3: g(5,1); h has NaN
@@ -265,7 +278,9 @@ def test_record_warnings_are_counted_per_entry_and_listed_in_the_detail(lb):
     for r in recs:
         if r["compressor"] == "fp16" and r["seed"] < 2:
             r["warnings"] = [warn, "backward: two\nlines"]
-    old = lb.make_record("cifar10", "fp16", 0, record_id="old", created="2025-01-01T00:00:00+00:00", warnings=["stale"] * 5)
+    old = lb.make_record(
+        "cifar10", "fp16", 0, record_id="old", created="2025-01-01T00:00:00+00:00", warnings=["stale"] * 5
+    )
     odd = lb.make_record("shakespeare", "none", 0, warnings="one bare string")
     junk = lb.make_record("shakespeare", "fp16", 0, warnings={"not": "a list"})
     frame = to_frame([*recs, old, odd, junk])
@@ -282,9 +297,11 @@ def test_record_warnings_are_counted_per_entry_and_listed_in_the_detail(lb):
     assert "warnings" not in ranking.display_table(rank(baseline_only, "pareto"))
     d = ranking.entry_detail(frame, "cifar10", "quick", "local", "fp16")
     assert d["warnings"] == [
-        {"seed": 0, "warning": warn}, {"seed": 0, "warning": "backward: two lines"},
-        {"seed": 1, "warning": warn}, {"seed": 1, "warning": "backward: two lines"},
-    ]  # fmt: skip
+        {"seed": 0, "warning": warn},
+        {"seed": 0, "warning": "backward: two lines"},
+        {"seed": 1, "warning": warn},
+        {"seed": 1, "warning": "backward: two lines"},
+    ]
     assert [s["warnings"] for s in d["seeds"] if s["latest"]][2] == []
 
 
@@ -324,14 +341,23 @@ def test_same_seed_in_two_setups_is_two_rows_not_two_seeds(lb):
     assert sorted(agg.setup) == ["3 stages, 1f1b, M=4, single, cpu", "3 stages, 1f1b, M=4, torchrun, cpu"]
     for r in agg.itertuples():
         assert r.n == 1 and r.seeds == [0]
-        assert r.step_s == pytest.approx(single["time"]["step_s"] * (10 if "torchrun" in r.setup else 1))  # not averaged
+        assert r.step_s == pytest.approx(
+            single["time"]["step_s"] * (10 if "torchrun" in r.setup else 1)
+        )  # not averaged
 
 
 def test_a_rerun_of_a_seed_in_the_same_setup_counts_once(lb):
     # stages null (task default) and stages=3 are two cell keys for the same experiment
     old = lb.make_record("cifar10", "fp16", 0, record_id="old", created="2026-01-01T00:00:00+00:00")
-    new = lb.make_record("cifar10", "fp16", 0, record_id="new", created="2026-02-01T00:00:00+00:00",
-                         cell_key="another-key", config={**old["config"], "stages": None})  # fmt: skip
+    new = lb.make_record(
+        "cifar10",
+        "fp16",
+        0,
+        record_id="new",
+        created="2026-02-01T00:00:00+00:00",
+        cell_key="another-key",
+        config={**old["config"], "stages": None},
+    )
     frame = to_frame([old, new])
     assert dict(zip(frame.record_id, frame.latest)) == {"old": False, "new": True}
     row = aggregate(frame).iloc[0]
@@ -418,7 +444,11 @@ def _brute_pareto_levels(xs, ys):
     """The definition: peel the non-dominated set off, level by level."""
     left, level, out = set(range(len(xs))), 1, [0] * len(xs)
     while left:
-        front = {i for i in left if not any(xs[j] <= xs[i] and ys[j] >= ys[i] and (xs[j] < xs[i] or ys[j] > ys[i]) for j in left)}
+        front = {
+            i
+            for i in left
+            if not any(xs[j] <= xs[i] and ys[j] >= ys[i] and (xs[j] < xs[i] or ys[j] > ys[i]) for j in left)
+        }
         for i in front:
             out[i] = level
         left -= front

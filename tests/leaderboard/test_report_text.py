@@ -10,8 +10,11 @@ EVIL = "evil\x1b[2J\x1b[31mred\r\n# Heading\n<script>alert(1)</script> *bold* [x
 
 
 def _store(tmp_path, lb):
-    recs = [lb.make_record("cifar10", "none", 0), lb.make_record("cifar10", EVIL, 0, record_id="evil-0"),
-            lb.make_record("cifar10", "fp16", 0, status="failed", error="boom \x1b[1A\x1b[2Kfake ok line", record_id="f-0")]  # fmt: skip
+    recs = [
+        lb.make_record("cifar10", "none", 0),
+        lb.make_record("cifar10", EVIL, 0, record_id="evil-0"),
+        lb.make_record("cifar10", "fp16", 0, status="failed", error="boom \x1b[1A\x1b[2Kfake ok line", record_id="f-0"),
+    ]
     return lb.write_jsonl(tmp_path / "store.jsonl", recs)
 
 

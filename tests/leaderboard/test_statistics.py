@@ -7,9 +7,9 @@ import math
 import pytest
 
 from leaderboard.frame import to_frame
+from leaderboard.rules import rank
 from leaderboard.statistics import aggregate, minimal_detectable_difference
 from leaderboard.views import display_table
-from leaderboard.rules import rank
 
 
 def test_mdd_matches_the_issue_figure():

@@ -84,12 +84,18 @@ def test_malformed_yaml_and_bad_entry_fields(tmp_path, lb):
         "broken-yaml": ("name: [unclosed\nsubmitter: x\n", "not valid (safe) YAML"),
         "not-mapping": ("- just\n- a list\n", "must be a mapping of fields, got list"),
         "no-submitter": ("name: x\ndate: 2026-01-01\n", "missing required field 'submitter'"),
-        "unknown-field": ("name: x\nsubmitter: y\ndate: 2026-01-01\nscore: 99\n", "unknown field(s) ['score']; valid fields: name, submitter, date"),
+        "unknown-field": (
+            "name: x\nsubmitter: y\ndate: 2026-01-01\nscore: 99\n",
+            "unknown field(s) ['score']; valid fields: name, submitter, date",
+        ),
         "wrong-type": ("name: [1, 2]\nsubmitter: y\ndate: 2026-01-01\n", "field 'name' must be a string, got list"),
         "bad-date": ("name: x\nsubmitter: y\ndate: yesterday\n", "'date' must be YYYY-MM-DD"),
         "huge-name": (f"name: {'x' * 500}\nsubmitter: y\ndate: 2026-01-01\n", "'name' is longer than 100"),
-        "alias-bomb": ("a: &a [x, x]\nb: &b [*a, *a]\nname: *b\nsubmitter: y\ndate: 2026-01-01\n", "must not use YAML anchors or aliases"),
-    }  # fmt: skip
+        "alias-bomb": (
+            "a: &a [x, x]\nb: &b [*a, *a]\nname: *b\nsubmitter: y\ndate: 2026-01-01\n",
+            "must not use YAML anchors or aliases",
+        ),
+    }
     for name, (text, _) in cases.items():
         d = lb.write_entry(root, name, [lb.make_record("cifar10", "none", 0, record_id=name)])
         (d / "entry.yaml").write_text(text)
@@ -169,7 +175,9 @@ def test_json_bombs(tmp_path, lb):
 def test_html_and_script_in_names_survive_as_inert_text(tmp_path, lb):
     html = lb.HOSTILE_NAME
     rec = lb.make_record("cifar10", html, 0, record_id="<b>id</b>")
-    lb.write_entry(tmp_path, "e", [rec], name=html, submitter="<script>alert(1)</script>", description="[x](javascript:alert(1))")
+    lb.write_entry(
+        tmp_path, "e", [rec], name=html, submitter="<script>alert(1)</script>", description="[x](javascript:alert(1))"
+    )
     records, problems = load_entries(tmp_path)
     assert problems == []
     assert records[0]["compressor"] == html and records[0]["entry_info"]["name"] == html
@@ -266,7 +274,10 @@ def test_store_truncated_last_line_and_missing_file(tmp_path, lb):
     records, problems = load_store(path)
     assert len(records) == 3 and all(r["entry"] == "local" for r in records)
     assert len(problems) == 1 and problems[0].path.endswith(":4")
-    assert load_store(tmp_path / "nope.jsonl") == ([], [submissions.Problem(str(tmp_path / "nope.jsonl"), "no such results file")])
+    assert load_store(tmp_path / "nope.jsonl") == (
+        [],
+        [submissions.Problem(str(tmp_path / "nope.jsonl"), "no such results file")],
+    )
 
 
 def test_load_all_prefers_committed_entries_over_store_copies(tmp_path, lb):

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-
 from reliability_support import FAULTY, TALLY, TALLY_ENV, TINY, Tally
 
 

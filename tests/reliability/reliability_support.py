@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from fixtures.processes import processes_with_env  # noqa: F401  (re-exported for the tests)
+
 from suite.pipeline.config import CellConfig, CompressionPlan
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

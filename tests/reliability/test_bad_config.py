@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from reliability_support import TINY
+
 from suite.bench.cli import main
 
 pytest_plugins = ["pytester"]
@@ -52,38 +52,122 @@ def _cli_error(capsys, tmp_path, args: list[str]) -> str:
 # (id, command-line arguments, expected text in the one-line error)
 CLI_CASES = [
     ("unknown task", ["--task", "imagenet"], "unknown task 'imagenet'; valid tasks: cifar10, shakespeare, sst2, tiny"),
-    ("unknown compressor", ["--task", "tiny", "--compressor", "nosuch"], "unknown compressor 'nosuch'; valid names: ae, aqsgd, bf16"),
-    ("code as a spec", ["--task", "tiny", "--compressor", "__import__('os')"], "unknown compressor '__import__'; valid names:"),
-    ("spec syntax", ["--task", "tiny", "--compressor", "topk(ratio=0.1"], "cannot parse compressor spec 'topk(ratio=0.1'"),
+    (
+        "unknown compressor",
+        ["--task", "tiny", "--compressor", "nosuch"],
+        "unknown compressor 'nosuch'; valid names: ae, aqsgd, bf16",
+    ),
+    (
+        "code as a spec",
+        ["--task", "tiny", "--compressor", "__import__('os')"],
+        "unknown compressor '__import__'; valid names:",
+    ),
+    (
+        "spec syntax",
+        ["--task", "tiny", "--compressor", "topk(ratio=0.1"],
+        "cannot parse compressor spec 'topk(ratio=0.1'",
+    ),
     ("spec ** argument", ["--task", "tiny", "--compressor", "topk(**x)"], "spec 'topk(**x)': '**' is not allowed"),
-    ("unknown parameter", ["--task", "tiny", "--compressor", "topk(rati=0.1)"], "topk: unknown parameter 'rati'; valid parameters: ratio, granularity"),
+    (
+        "unknown parameter",
+        ["--task", "tiny", "--compressor", "topk(rati=0.1)"],
+        "topk: unknown parameter 'rati'; valid parameters: ratio, granularity",
+    ),
     ("missing parameter", ["--task", "tiny", "--compressor", "ef"], "ef: missing required parameter(s) inner"),
-    ("parameter below range", ["--task", "tiny", "--compressor", "topk(ratio=-0.5)"], "topk: parameter ratio=-0.5 must be a number in [1e-06, 1.0]"),
-    ("parameter above range", ["--task", "tiny", "--compressor", "quant(bits=99)"], "quant: parameter bits=99 must be an integer in [1, 8]"),
-    ("parameter wrong type", ["--task", "tiny", "--compressor", "quant(bits=4.5)"], "quant: parameter bits=4.5 must be an integer in [1, 8]"),
-    ("parameter bad choice", ["--task", "tiny", "--compressor", "quant(scale=diagonal)"], "parameter scale='diagonal' is not allowed; allowed values: tensor, row, block"),
-    ("compressor in a role it lacks", ["--task", "tiny", "--compressor", "ae"], "compressor 'ae' cannot compress the backward direction (activation_grad)"),
-    ("dp compressor without replicas", ["--task", "tiny", "--dp", "fp16"], "dp compressor 'fp16' needs data-parallel replicas; set dp_size >= 2"),
-    ("stages out of range", ["--task", "tiny", "--stages", "9"], "task 'tiny' cannot be split into 9 stages; valid: 1, 2, 3, 4"),
+    (
+        "parameter below range",
+        ["--task", "tiny", "--compressor", "topk(ratio=-0.5)"],
+        "topk: parameter ratio=-0.5 must be a number in [1e-06, 1.0]",
+    ),
+    (
+        "parameter above range",
+        ["--task", "tiny", "--compressor", "quant(bits=99)"],
+        "quant: parameter bits=99 must be an integer in [1, 8]",
+    ),
+    (
+        "parameter wrong type",
+        ["--task", "tiny", "--compressor", "quant(bits=4.5)"],
+        "quant: parameter bits=4.5 must be an integer in [1, 8]",
+    ),
+    (
+        "parameter bad choice",
+        ["--task", "tiny", "--compressor", "quant(scale=diagonal)"],
+        "parameter scale='diagonal' is not allowed; allowed values: tensor, row, block",
+    ),
+    (
+        "compressor in a role it lacks",
+        ["--task", "tiny", "--compressor", "ae"],
+        "compressor 'ae' cannot compress the backward direction (activation_grad)",
+    ),
+    (
+        "dp compressor without replicas",
+        ["--task", "tiny", "--dp", "fp16"],
+        "dp compressor 'fp16' needs data-parallel replicas; set dp_size >= 2",
+    ),
+    (
+        "stages out of range",
+        ["--task", "tiny", "--stages", "9"],
+        "task 'tiny' cannot be split into 9 stages; valid: 1, 2, 3, 4",
+    ),
     ("steps zero", ["--task", "tiny", "--steps", "0"], "steps=0 must be an integer >= 1"),
     ("replicas zero", ["--task", "tiny", "--dp-size", "0"], "dp=0 must be an integer >= 1"),
-    ("microbatches not dividing the batch", ["--task", "tiny", "--microbatches", "5"], "microbatches=5 does not divide the smoke batch size 16 of task 'tiny'"),
+    (
+        "microbatches not dividing the batch",
+        ["--task", "tiny", "--microbatches", "5"],
+        "microbatches=5 does not divide the smoke batch size 16 of task 'tiny'",
+    ),
     ("negative seeds", ["--task", "tiny", "--seeds", "-1"], "--seeds: '-1' is not a seed count"),
-    ("negative time limit", ["--task", "tiny", "--cell-timeout", "-5"], "--cell-timeout must be a finite number of seconds in (0, 604800], got -5.0"),
+    (
+        "negative time limit",
+        ["--task", "tiny", "--cell-timeout", "-5"],
+        "--cell-timeout must be a finite number of seconds in (0, 604800], got -5.0",
+    ),
     # issue 12, A12: nan and inf silently disabled the cell time limit
-    ("A12 time limit nan", ["--task", "tiny", "--cell-timeout", "nan"], "--cell-timeout must be a finite number of seconds in (0, 604800], got nan"),
-    ("A12 time limit inf", ["--task", "tiny", "--cell-timeout", "inf"], "--cell-timeout must be a finite number of seconds in (0, 604800], got inf"),
+    (
+        "A12 time limit nan",
+        ["--task", "tiny", "--cell-timeout", "nan"],
+        "--cell-timeout must be a finite number of seconds in (0, 604800], got nan",
+    ),
+    (
+        "A12 time limit inf",
+        ["--task", "tiny", "--cell-timeout", "inf"],
+        "--cell-timeout must be a finite number of seconds in (0, 604800], got inf",
+    ),
     # issue 12, A13: a 16-deep wrapper spec took over 120 s in --dry-run (each level doubled the work)
-    ("A13 16-deep wrapper spec", ["--task", "tiny", "--compressor", "ef(" * 16 + "topk(ratio=0.1)" + ")" * 16],
-     "nests 17 levels of parentheses; at most 8 are allowed"),
+    (
+        "A13 16-deep wrapper spec",
+        ["--task", "tiny", "--compressor", "ef(" * 16 + "topk(ratio=0.1)" + ")" * 16],
+        "nests 17 levels of parentheses; at most 8 are allowed",
+    ),
     # issue 12, A14: a billion seeds was built as a list (killed by the OOM killer)
-    ("A14 a billion seeds", ["--task", "tiny", "--seeds", "1000000000"], "--seeds: '1000000000' asks for 1000000000 seeds; at most 1000 per run"),
-    ("A14 a million-seed range", ["--task", "tiny", "--seeds", "0:1000000"], "--seeds: '0:1000000' asks for 1000000 seeds; at most 1000 per run"),
-    ("A14 seed too large", ["--task", "tiny", "--seeds", "5,99999999999"], "--seeds: seed 99999999999 is over the limit of 2147483647"),
-    ("A14 too many cells", ["--task", "tiny", "--seeds", "1000", *[a for b in range(11) for a in ("--compressor", f"topk(ratio=0.{b + 1:02d})")]],
-     "1 task(s) x 12 compressor entries x 1000 seed(s) is more than 10000 cells"),
+    (
+        "A14 a billion seeds",
+        ["--task", "tiny", "--seeds", "1000000000"],
+        "--seeds: '1000000000' asks for 1000000000 seeds; at most 1000 per run",
+    ),
+    (
+        "A14 a million-seed range",
+        ["--task", "tiny", "--seeds", "0:1000000"],
+        "--seeds: '0:1000000' asks for 1000000 seeds; at most 1000 per run",
+    ),
+    (
+        "A14 seed too large",
+        ["--task", "tiny", "--seeds", "5,99999999999"],
+        "--seeds: seed 99999999999 is over the limit of 2147483647",
+    ),
+    (
+        "A14 too many cells",
+        [
+            "--task",
+            "tiny",
+            "--seeds",
+            "1000",
+            *[a for b in range(11) for a in ("--compressor", f"topk(ratio=0.{b + 1:02d})")],
+        ],
+        "1 task(s) x 12 compressor entries x 1000 seed(s) is more than 10000 cells",
+    ),
     ("unknown tier", ["--task", "tiny", "--tier", "huge"], "unknown tier 'huge'; valid tiers: smoke, quick, gpu, full"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("name, args, expected", CLI_CASES, ids=[c[0] for c in CLI_CASES])
@@ -95,37 +179,80 @@ def test_bad_command_line_is_one_line_before_training(capsys, tmp_path, no_train
 
 # (id, matrix file bytes, expected text)
 MATRIX_CASES = [
-    ("malformed YAML", b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [none\n",
-     "malformed YAML at line 4, column 1: expected ',' or ']'"),
-    ("YAML tag constructing an object", b'schema: mpcbench.matrix/1\ntiers: !!python/object/apply:os.system ["touch {canary}"]\n',
-     "could not determine a constructor for the tag 'tag:yaml.org,2002:python/object/apply:os.system'"),
+    (
+        "malformed YAML",
+        b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [none\n",
+        "malformed YAML at line 4, column 1: expected ',' or ']'",
+    ),
+    (
+        "YAML tag constructing an object",
+        b'schema: mpcbench.matrix/1\ntiers: !!python/object/apply:os.system ["touch {canary}"]\n',
+        "could not determine a constructor for the tag 'tag:yaml.org,2002:python/object/apply:os.system'",
+    ),
     ("not UTF-8", b"\x00\xff garbage", "not UTF-8 text"),
     ("tiers not a mapping", b"schema: mpcbench.matrix/1\ntiers:\n  - smoke\n", "'tiers' must map tier names to tiers"),
-    ("missing schema", b"tiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [none]}\n", "'schema' must be 'mpcbench.matrix/1', got None"),
-    ("unknown tier key", b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [none], epochs: 3}\n",
-     "tiers.smoke: unknown key(s) ['epochs']"),
-    ("unknown entry key", b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [{forward: fp16, sideways: fp8}]}\n",
-     "tiers.smoke.compressors[0]: unknown key(s) ['sideways']"),
-    ("unknown task", b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [imagenet], seeds: 1, compressors: [none]}\n",
-     "unknown task 'imagenet'; valid tasks:"),
-    ("unknown compressor", b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [nosuch]}\n",
-     "unknown compressor 'nosuch'; valid names:"),
-    ("out-of-range parameter", b'schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: ["topk(ratio=2)"]}\n',
-     "topk: parameter ratio=2 must be a number in [1e-06, 1.0]"),
-    ("negative seeds", b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: -2, compressors: [none]}\n",
-     "tiers.smoke.seeds: -2 is not a seed count"),
-    ("negative time limit", b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, cell_timeout_s: -1, compressors: [none]}\n",
-     "tiers.smoke.cell_timeout_s must be a finite number of seconds in (0, 604800], got -1"),
+    (
+        "missing schema",
+        b"tiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [none]}\n",
+        "'schema' must be 'mpcbench.matrix/1', got None",
+    ),
+    (
+        "unknown tier key",
+        b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [none], epochs: 3}\n",
+        "tiers.smoke: unknown key(s) ['epochs']",
+    ),
+    (
+        "unknown entry key",
+        b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [{forward: fp16, sideways: fp8}]}\n",
+        "tiers.smoke.compressors[0]: unknown key(s) ['sideways']",
+    ),
+    (
+        "unknown task",
+        b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [imagenet], seeds: 1, compressors: [none]}\n",
+        "unknown task 'imagenet'; valid tasks:",
+    ),
+    (
+        "unknown compressor",
+        b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [nosuch]}\n",
+        "unknown compressor 'nosuch'; valid names:",
+    ),
+    (
+        "out-of-range parameter",
+        b'schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: ["topk(ratio=2)"]}\n',
+        "topk: parameter ratio=2 must be a number in [1e-06, 1.0]",
+    ),
+    (
+        "negative seeds",
+        b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: -2, compressors: [none]}\n",
+        "tiers.smoke.seeds: -2 is not a seed count",
+    ),
+    (
+        "negative time limit",
+        b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, cell_timeout_s: -1, compressors: [none]}\n",
+        "tiers.smoke.cell_timeout_s must be a finite number of seconds in (0, 604800], got -1",
+    ),
     # issue 12, A15: 'seeds: "0:1000000"' made `mpcbench validate` and planning run for minutes
-    ("A15 a million seeds in the matrix", b'schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: "0:1000000", compressors: [none]}\n',
-     "tiers.smoke.seeds: '0:1000000' asks for 1000000 seeds; at most 1000 per run"),
-    ("A12 time limit .inf in the matrix", b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, cell_timeout_s: .inf, compressors: [none]}\n",
-     "tiers.smoke.cell_timeout_s must be a finite number of seconds in (0, 604800], got inf"),
-    ("stages out of range", b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [none], settings: {stages: 9}}\n",
-     "task 'tiny' cannot be split into 9 stages"),
-    ("microbatches not dividing", b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [none], settings: {microbatches: 3}}\n",
-     "microbatches=3 does not divide the smoke batch size 16"),
-]  # fmt: skip
+    (
+        "A15 a million seeds in the matrix",
+        b'schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: "0:1000000", compressors: [none]}\n',
+        "tiers.smoke.seeds: '0:1000000' asks for 1000000 seeds; at most 1000 per run",
+    ),
+    (
+        "A12 time limit .inf in the matrix",
+        b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, cell_timeout_s: .inf, compressors: [none]}\n",
+        "tiers.smoke.cell_timeout_s must be a finite number of seconds in (0, 604800], got inf",
+    ),
+    (
+        "stages out of range",
+        b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [none], settings: {stages: 9}}\n",
+        "task 'tiny' cannot be split into 9 stages",
+    ),
+    (
+        "microbatches not dividing",
+        b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [none], settings: {microbatches: 3}}\n",
+        "microbatches=3 does not divide the smoke batch size 16",
+    ),
+]
 
 
 @pytest.mark.parametrize("name, text, expected", MATRIX_CASES, ids=[c[0] for c in MATRIX_CASES])
@@ -164,7 +291,10 @@ def test_pytest_entry_reports_a_bad_matrix_in_one_line(pytester, tally):
         ({"seed": -1}, "seed=-1 must be an integer >= 0"),
         ({"seed": 10**18}, "seed=1000000000000000000 is over the limit of 2147483647"),
         ({"tier": "huge"}, "unknown tier 'huge'; valid tiers: smoke, quick, gpu, full"),
-        ({"plugins": ("/nonexistent/plugin.py",)}, "plugin '/nonexistent/plugin.py' failed to import: FileNotFoundError"),
+        (
+            {"plugins": ("/nonexistent/plugin.py",)},
+            "plugin '/nonexistent/plugin.py' failed to import: FileNotFoundError",
+        ),
     ],
 )
 def test_runtime_refuses_a_bad_cell_config_before_training(no_training, tally, fields, expected):

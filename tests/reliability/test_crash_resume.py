@@ -16,11 +16,11 @@ import sys
 import uuid
 
 import pytest
-
 from reliability_support import MARKER_ENV, TINY, processes_with_env, wait_until
+
 from suite.bench.cli import main
-from suite.results.records import validate_record
 from suite.bench.store import read_jsonl
+from suite.results.records import validate_record
 
 pytestmark = pytest.mark.distributed  # several processes (runner + one child per cell)
 
@@ -29,9 +29,22 @@ SEEDS = 4  # cells: fp16 x seeds 0..3 (no baseline); killed with one or more fin
 
 def _args(store) -> list[str]:
     return [
-        "run", "--task", "tiny", "--plugin", TINY, "--compressor", "fp16", "--no-baseline", "--seeds", str(SEEDS),
-        "--steps", "2", "--results", str(store), "--no-progress",
-    ]  # fmt: skip
+        "run",
+        "--task",
+        "tiny",
+        "--plugin",
+        TINY,
+        "--compressor",
+        "fp16",
+        "--no-baseline",
+        "--seeds",
+        str(SEEDS),
+        "--steps",
+        "2",
+        "--results",
+        str(store),
+        "--no-progress",
+    ]
 
 
 def test_sigkill_mid_matrix_then_resume_runs_only_missing_cells(tmp_path, capsys, tally):

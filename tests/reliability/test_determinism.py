@@ -14,10 +14,16 @@ rounding, random-k), data-dependent payload sizes (threshold) and sender/receive
 from __future__ import annotations
 
 import pytest
-
 from reliability_support import run_in_process, tiny_config
 
-SPECS = ["none", "quant(bits=4, rounding=stochastic)", "randomk(ratio=0.25)", "threshold(ratio=0.1)", "ef21(topk(ratio=0.25))", "aqsgd"]
+SPECS = [
+    "none",
+    "quant(bits=4, rounding=stochastic)",
+    "randomk(ratio=0.25)",
+    "threshold(ratio=0.1)",
+    "ef21(topk(ratio=0.25))",
+    "aqsgd",
+]
 TIMING = ("wall_s",)  # measured wall-clock: the only thing allowed to differ in a curve point
 
 
@@ -26,10 +32,20 @@ def _measured(rec: dict) -> dict:
     out = {
         k: rec[k]
         for k in (
-            "cell_key", "final_metric", "final_metric_uncompressed", "reached_target_step", "bytes", "bytes_per_boundary",
-            "bytes_per_step", "compression_ratio", "wire_bytes_by_step", "eval_bytes", "compressor_state_bytes", "warnings",
+            "cell_key",
+            "final_metric",
+            "final_metric_uncompressed",
+            "reached_target_step",
+            "bytes",
+            "bytes_per_boundary",
+            "bytes_per_step",
+            "compression_ratio",
+            "wire_bytes_by_step",
+            "eval_bytes",
+            "compressor_state_bytes",
+            "warnings",
         )
-    }  # fmt: skip
+    }
     out["curve"] = [{k: v for k, v in p.items() if k not in TIMING} for p in rec["curve"]]
     return out
 

@@ -27,7 +27,6 @@ import time
 import uuid
 
 import pytest
-
 from reliability_support import FAULTY, MARKER_ENV, TINY, processes_with_env, wait_until
 
 pytestmark = pytest.mark.distributed
@@ -48,9 +47,15 @@ def _config(stages: int = 2):
     from suite.pipeline.config import CellConfig, CompressionPlan
 
     return CellConfig(
-        task="tiny", plan=CompressionPlan("none", "fault_killme(rank=1, step=1)"), stages=stages, mode="torchrun", steps=3,
-        plugins=(TINY, FAULTY), comm_timeout_s=COMM_TIMEOUT_S, time_limit_s=300,
-    )  # fmt: skip
+        task="tiny",
+        plan=CompressionPlan("none", "fault_killme(rank=1, step=1)"),
+        stages=stages,
+        mode="torchrun",
+        steps=3,
+        plugins=(TINY, FAULTY),
+        comm_timeout_s=COMM_TIMEOUT_S,
+        time_limit_s=300,
+    )
 
 
 def _start(tmp_path, marker: str) -> tuple[subprocess.Popen, os.PathLike]:
@@ -59,7 +64,9 @@ def _start(tmp_path, marker: str) -> tuple[subprocess.Popen, os.PathLike]:
     script = tmp_path / "runner.py"
     script.write_text(RUNNER.format(config=json.dumps(_config().to_dict()), logs=str(tmp_path / "logs")))
     env = {**os.environ, MARKER_ENV: marker, "MPCBENCH_FAULT_PID_DIR": str(pid_dir)}
-    proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     return proc, pid_dir / "rank1.pid"
 
 

@@ -25,52 +25,77 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-
 from reliability_support import FAULTY, TINY, UNIMPORTABLE, run_in_process, tiny_config
-from suite.results.records import validate_record
+
 from suite.bench.store import ResultsStore, read_jsonl
+from suite.results.records import validate_record
 
 CONSISTENCY = {"MPCBENCH_CHECK_CONSISTENCY": "1"}
 
 # spec -> (status, [substrings of the one-line reason], extra cell fields, env)
 # The tiny task's activation at boundary 0 is one micro-batch of 4 rows x 32 features.
 FAULT_CASES: dict[str, tuple[str, list[str], dict, dict]] = {
-    "fault_raise_compress": ("failed", ["RuntimeError: fault_raise_compress: injected failure in compress at step 0 second line"], {}, {}),
-    "fault_raise_decompress": ("failed", ["ValueError: fault_raise_decompress: injected failure in decompress"], {}, {}),
+    "fault_raise_compress": (
+        "failed",
+        ["RuntimeError: fault_raise_compress: injected failure in compress at step 0 second line"],
+        {},
+        {},
+    ),
+    "fault_raise_decompress": (
+        "failed",
+        ["ValueError: fault_raise_decompress: injected failure in decompress"],
+        {},
+        {},
+    ),
     "fault_wrong_shape": (
         "failed",
-        ["CompressorError: fault_wrong_shape: decompress returned (128,) torch.float32 on cpu, expected (4, 32) torch.float32 on cpu",
-         "activation boundary 0 step 0"],
-        {}, {},
-    ),  # fmt: skip
+        [
+            "CompressorError: fault_wrong_shape: decompress returned (128,) torch.float32 on cpu, expected (4, 32) torch.float32 on cpu",
+            "activation boundary 0 step 0",
+        ],
+        {},
+        {},
+    ),
     "fault_wrong_dtype": (
         "failed",
-        ["CompressorError: fault_wrong_dtype: decompress returned (4, 32) torch.float64 on cpu, expected (4, 32) torch.float32"],
-        {}, {},
-    ),  # fmt: skip
+        [
+            "CompressorError: fault_wrong_dtype: decompress returned (4, 32) torch.float64 on cpu, expected (4, 32) torch.float32"
+        ],
+        {},
+        {},
+    ),
     "fault_nan": ("failed", ["invalid result: training loss at step", "is not finite (nan)"], {}, {}),
     "fault_wrong_device": (
         "failed",
         ["CompressorError: fault_wrong_device: compress returned payload tensor 0 on device meta, expected cpu"],
-        {}, {},
-    ),  # fmt: skip
+        {},
+        {},
+    ),
     "fault_wrong_device(side=output)": (
         "failed",
-        ["CompressorError: fault_wrong_device(side=output): decompress returned (4, 32) torch.float32 on meta, "
-         "expected (4, 32) torch.float32 on cpu"],
-        {}, {},
-    ),  # fmt: skip
+        [
+            "CompressorError: fault_wrong_device(side=output): decompress returned (4, 32) torch.float32 on meta, "
+            "expected (4, 32) torch.float32 on cpu"
+        ],
+        {},
+        {},
+    ),
     "fault_non_tensor": (
         "failed",
         ["CompressorError: fault_non_tensor: compress must return a tuple of tensors, got tuple containing list"],
-        {}, {},
-    ),  # fmt: skip
+        {},
+        {},
+    ),
     "fault_diverge": (
         "failed",
-        ["CompressorError: fault_diverge: sender/receiver consistency check (MPCBENCH_CHECK_CONSISTENCY=1) failed at "
-         "activation boundary 0 step 0 micro-batch 0", "a twin receiver fed the same payloads decoded a different tensor"],
-        {}, CONSISTENCY,
-    ),  # fmt: skip
+        [
+            "CompressorError: fault_diverge: sender/receiver consistency check (MPCBENCH_CHECK_CONSISTENCY=1) failed at "
+            "activation boundary 0 step 0 micro-batch 0",
+            "a twin receiver fed the same payloads decoded a different tensor",
+        ],
+        {},
+        CONSISTENCY,
+    ),
     "fault_slow(seconds=0.5)": ("timeout", ["RunTimeout: run exceeded time_limit_s=1"], {"time_limit_s": 1.0}, {}),
     # allowed (bytes are measured, so the numbers stay honest) but flagged in the record
     "fault_expand": ("ok", [], {}, {}),
@@ -140,7 +165,9 @@ def test_unimportable_plugin_fails_only_its_cells(faulty_registry, tmp_path, tal
     from suite.bench.matrix import Selection, plan_cells
 
     with tally.fault("plugin (in process)", "fault_unimportable"):
-        sel = Selection(tasks=("tiny",), compressors=("fault_unimportable", "fp16"), plugins=(TINY, UNIMPORTABLE), steps=2)
+        sel = Selection(
+            tasks=("tiny",), compressors=("fault_unimportable", "fp16"), plugins=(TINY, UNIMPORTABLE), steps=2
+        )
         cells = plan_cells(sel)
         by = {c.config.cell_id: c for c in cells}
         assert set(by) == {"tiny-none-seed0", "tiny-fault_unimportable-seed0", "tiny-fp16-seed0"}
@@ -230,8 +257,13 @@ def test_plugin_hanging_at_import_times_out_with_one_line(tmp_path, monkeypatch,
             load_plugin(str(plugin))
         assert time.monotonic() - t0 < 10
         msg = str(err.value)
-        assert msg.startswith(f"plugin {str(plugin)!r} failed to import: PluginImportTimeout: import did not finish "
-                              "within 1 s") and IMPORT_TIMEOUT_ENV in msg and "\n" not in msg  # fmt: skip
+        assert (
+            msg.startswith(
+                f"plugin {str(plugin)!r} failed to import: PluginImportTimeout: import did not finish within 1 s"
+            )
+            and IMPORT_TIMEOUT_ENV in msg
+            and "\n" not in msg
+        )
         # the alarm is off again and whatever handled SIGALRM before (pytest-timeout) is back
         assert signal.getsignal(signal.SIGALRM) is handler
         assert signal.getitimer(signal.ITIMER_REAL)[0] > 10 or handler in (signal.SIG_DFL, None)
@@ -250,8 +282,25 @@ def test_plugin_hanging_at_import_is_refused_by_mpcbench_run_before_anything_tra
     plugin = tmp_path / "hang.py"
     plugin.write_text(HANGING_PLUGINS["sleeps"] + HANG_COMPRESSOR)
     store = tmp_path / "store.jsonl"
-    cmd = [sys.executable, "-m", "suite", "run", "--task", "tiny", "--steps", "2", "--plugin", TINY, "--plugin",
-           str(plugin), "--compressor", "hangcomp", "--results", str(store), "--no-progress"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "suite",
+        "run",
+        "--task",
+        "tiny",
+        "--steps",
+        "2",
+        "--plugin",
+        TINY,
+        "--plugin",
+        str(plugin),
+        "--compressor",
+        "hangcomp",
+        "--results",
+        str(store),
+        "--no-progress",
+    ]
     with tally.fault("plugin (runner)", "hangs at import"):
         repo = str(Path(__file__).resolve().parents[2])
         path = os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
@@ -287,18 +336,37 @@ def test_check_consistency_config_field_turns_the_check_on(faulty_registry, tmp_
 def test_check_consistency_flag_fails_a_divergent_cell_through_the_cli(faulty_registry, tmp_path, capsys, tally):
     """``mpcbench run --check-consistency``: the choice reaches the cell processes; the divergent
     plugin's cell fails with a one-line reason, the healthy baseline passes the check."""
-    from suite.pipeline.boundary import CONSISTENCY_ENV
     from suite.bench.cli import main
+    from suite.pipeline.boundary import CONSISTENCY_ENV
 
     store = tmp_path / "store.jsonl"
     with tally.fault("plugin (runner)", "fault_diverge (--check-consistency)"):
-        rc = main(["run", "--task", "tiny", "--steps", "2", "--plugin", TINY, "--plugin", FAULTY, "--compressor",
-                   "fault_diverge", "--check-consistency", "--results", str(store), "--no-progress"])  # fmt: skip
+        rc = main(
+            [
+                "run",
+                "--task",
+                "tiny",
+                "--steps",
+                "2",
+                "--plugin",
+                TINY,
+                "--plugin",
+                FAULTY,
+                "--compressor",
+                "fault_diverge",
+                "--check-consistency",
+                "--results",
+                str(store),
+                "--no-progress",
+            ]
+        )
         err = capsys.readouterr().err
         assert rc == 1, err
         assert "consistency check on" in err
-        assert ("failed: tiny-fault_diverge-seed0: CompressorError: fault_diverge: sender/receiver consistency check "
-                "(MPCBENCH_CHECK_CONSISTENCY=1) failed at activation boundary 0 step 0 micro-batch 0") in err  # fmt: skip
+        assert (
+            "failed: tiny-fault_diverge-seed0: CompressorError: fault_diverge: sender/receiver consistency check "
+            "(MPCBENCH_CHECK_CONSISTENCY=1) failed at activation boundary 0 step 0 micro-batch 0"
+        ) in err
         records, problems = read_jsonl(store)
         assert problems == [] and CONSISTENCY_ENV not in os.environ
         by = {r["compressor"]: r for r in records}
@@ -313,9 +381,15 @@ def test_check_consistency_flag_fails_a_divergent_cell_through_the_cli(faulty_re
 @pytest.mark.parametrize(
     "spec, reason",
     [
-        ("fault_wrong_dtype", "fault_wrong_dtype: decompress returned (300,) torch.float64 on cpu, expected (300,) torch.float32"),
+        (
+            "fault_wrong_dtype",
+            "fault_wrong_dtype: decompress returned (300,) torch.float64 on cpu, expected (300,) torch.float32",
+        ),
         ("fault_wrong_device", "fault_wrong_device: compress returned payload tensor 0 on device meta, expected cpu"),
-        ("fault_wrong_device(side=output)", "decompress returned (300,) torch.float32 on meta, expected (300,) torch.float32 on cpu"),
+        (
+            "fault_wrong_device(side=output)",
+            "decompress returned (300,) torch.float32 on meta, expected (300,) torch.float32 on cpu",
+        ),
         ("fault_non_tensor", "fault_non_tensor: compress must return a tuple of tensors, got tuple containing list"),
         ("fault_raise_compress", "fault_raise_compress: injected failure in compress"),
     ],
@@ -326,7 +400,9 @@ def test_data_parallel_gradient_path_checks_the_same(faulty_registry, world_of_o
     from suite.pipeline.data_parallel import CompressedReduce
     from suite.pipeline.timing import Clock
 
-    hook = CompressedReduce(spec, stage=0, group=world_of_one, meter=ByteMeter(), clock=Clock(torch.device("cpu")), seed=0)
+    hook = CompressedReduce(
+        spec, stage=0, group=world_of_one, meter=ByteMeter(), clock=Clock(torch.device("cpu")), seed=0
+    )
     with tally.fault("plugin (data-parallel hook)", spec):
         with pytest.raises((CompressorError, RuntimeError)) as err:
             hook.reduce(torch.randn(300), bucket=0)

@@ -17,8 +17,9 @@ from suite.pipeline.config import CellConfig, CompressionPlan
 
 
 def _cfg(**kw) -> CellConfig:
-    return CellConfig(task="tiny", plan=CompressionPlan("fault_side_channel", "none"), stages=2, steps=2,
-                      plugins=(TINY, FAULTY), **kw)  # fmt: skip
+    return CellConfig(
+        task="tiny", plan=CompressionPlan("fault_side_channel", "none"), stages=2, steps=2, plugins=(TINY, FAULTY), **kw
+    )
 
 
 @pytest.mark.parametrize("check", [False, True], ids=["single", "single+check-consistency"])

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from suite.bench.cell import execute, interpret, run_cell
+from suite.bench.store import ResultsStore, read_jsonl
 from suite.pipeline.config import CellConfig, CompressionPlan
 from suite.results.records import validate_record
-from suite.bench.store import ResultsStore, read_jsonl
 
 TINY = str(Path(__file__).resolve().parents[1] / "fixtures" / "tiny_task.py")
 

@@ -83,15 +83,19 @@ class EvalStep(Compressor):
 
 def _check(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-m", "suite", "check", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "suite", "check", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_check_passes_the_example_plugin_folder_and_a_file_plugin(tmp_path):
     (tmp_path / "halfway.py").write_text(GOOD)
     r = _check(str(EXAMPLE), cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
-    assert "contract.py::test_roundtrip_keeps_shape_dtype_device_and_error_bound[signsgd-weight_grad-cpu] PASSED" in r.stdout
+    assert (
+        "contract.py::test_roundtrip_keeps_shape_dtype_device_and_error_bound[signsgd-weight_grad-cpu] PASSED"
+        in r.stdout
+    )
     assert "failed" not in r.stdout.splitlines()[-1]
     r = _check("halfway.py", cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
@@ -140,8 +144,23 @@ def test_generic_tests_run_on_a_file_plugin_with_plain_pytest(tmp_path, runner):
     runner = _pytest_script() if runner == "pytest" else [sys.executable, "-m", "pytest"]
     (tmp_path / "halfway.py").write_text(GOOD)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # as a fresh shell: only the ini's pythonpath
-    r = subprocess.run([*runner, "tests/compressors/test_roundtrip.py", "-p", "no:cacheprovider", "-q",
-                        "--plugin", str(tmp_path / "halfway.py"), "-k", "halfway or lists_the_builtins"],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    r = subprocess.run(
+        [
+            *runner,
+            "tests/compressors/test_roundtrip.py",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--plugin",
+            str(tmp_path / "halfway.py"),
+            "-k",
+            "halfway or lists_the_builtins",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     assert "passed" in r.stdout.splitlines()[-1] and "error" not in r.stdout.splitlines()[-1]

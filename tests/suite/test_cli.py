@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import subprocess
 import sys
 import uuid
@@ -31,7 +30,9 @@ def cli(capsys, *args: str) -> tuple[int, str, str]:
 def test_list_compressors_with_params_roles_and_broken_plugins(capsys, monkeypatch):
     registry.discover()
     monkeypatch.setitem(
-        registry._PLUGIN_ERRORS, "badplug", "plugin 'badplug' (bad_pkg.mod:Bad) failed to import: ImportError: no bad_dep"
+        registry._PLUGIN_ERRORS,
+        "badplug",
+        "plugin 'badplug' (bad_pkg.mod:Bad) failed to import: ImportError: no bad_dep",
     )
     rc, out, _ = cli(capsys, "list", "compressors")
     assert rc == 0
@@ -79,7 +80,7 @@ def _more_seeds(records: list[dict], n: int) -> list[dict]:
     return out
 
 
-def test_run_resume_broken_plugin_report_validate(capsys, tmp_path):
+def test_run_resume_broken_plugin_report_validate(capsys, tmp_path, restore_registry):
     store = tmp_path / "store.jsonl"
     base = ["run", "--task", "tiny", "--plugin", TINY, "--results", str(store), "--no-progress"]
     rc, _, err = cli(capsys, *base, "--compressor", "fp16")
@@ -87,12 +88,18 @@ def test_run_resume_broken_plugin_report_validate(capsys, tmp_path):
     assert "2 ok" in err
     # not a terminal: a line per cell start and end, with the time left once a cell has finished
     lines = [ln for ln in err.splitlines() if ln.startswith("[")]
-    assert [ln.split()[:3] for ln in lines] == [["[1/2]", "start", "tiny-none-seed0"], ["[1/2]", "ok", "tiny-none-seed0"],
-                                                ["[2/2]", "start", "tiny-fp16-seed0"], ["[2/2]", "ok", "tiny-fp16-seed0"]]
+    assert [ln.split()[:3] for ln in lines] == [
+        ["[1/2]", "start", "tiny-none-seed0"],
+        ["[1/2]", "ok", "tiny-none-seed0"],
+        ["[2/2]", "start", "tiny-fp16-seed0"],
+        ["[2/2]", "ok", "tiny-fp16-seed0"],
+    ]
     assert "ETA" in lines[1] and "[1/2 run," in lines[2] and "[2/2 run," in lines[3]
     records, problems = read_jsonl(store)
     assert problems == [] and [r["cell_id"] for r in records] == ["tiny-none-seed0", "tiny-fp16-seed0"]
-    log = (store.parent / records[1]["log"]).read_text()  # progress lines, written while it trained; path relative to the store
+    log = (
+        store.parent / records[1]["log"]
+    ).read_text()  # progress lines, written while it trained; path relative to the store
     steps = records[1]["run"]["steps"]
     assert f"step {steps}/{steps}  loss " in log, log
     fp16 = records[1]
@@ -104,8 +111,10 @@ def test_run_resume_broken_plugin_report_validate(capsys, tmp_path):
     broken.write_text("def oops(:\n")
     rc, out, err = cli(capsys, *base, "--plugin", str(broken), "--compressor", "brokencomp", "--compressor", "fp16")
     assert rc == 2 and out == ""
-    assert err.splitlines() == [f"mpcbench: error: plugin {str(broken)!r} failed to import: SyntaxError: invalid syntax "
-                                f"(broken_comp.py, line 1) (nothing was run; fix the plugin or leave out --plugin {broken})"]
+    assert err.splitlines() == [
+        f"mpcbench: error: plugin {str(broken)!r} failed to import: SyntaxError: invalid syntax "
+        f"(broken_comp.py, line 1) (nothing was run; fix the plugin or leave out --plugin {broken})"
+    ]
     assert len(read_jsonl(store)[0]) == 2
     # a compressor that fails in its cell fails only that cell; the others are already in the store
     failing = tmp_path / "failing_comp.py"
@@ -163,7 +172,9 @@ def test_validate_problems_and_entries(capsys, tmp_path):
     assert rc == 0
     # a matrix file
     m = tmp_path / "m.yaml"
-    m.write_text("schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [cifar10], seeds: 1, compressors: [topk(ratio=9)]}\n")
+    m.write_text(
+        "schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [cifar10], seeds: 1, compressors: [topk(ratio=9)]}\n"
+    )
     rc, out, _ = cli(capsys, "validate", str(m))
     assert rc == 1 and "ratio=9 must be a number in" in out
     rc, _, err = cli(capsys, "validate", str(REPO / "suite" / "bench" / "matrix.yaml"))
@@ -180,7 +191,8 @@ def test_validate_problems_and_entries(capsys, tmp_path):
         (["run", "--tier", "huge"], "unknown tier 'huge'; valid tiers: smoke, quick, gpu, full"),
         (["run", "--matrix", "/nonexistent.yaml"], "cannot read matrix file"),
         pytest.param(
-            ["run", "--tier", "gpu", "--task", "shakespeare"], "runs on cuda but no CUDA device is available here; pass --device cpu",
+            ["run", "--tier", "gpu", "--task", "shakespeare"],
+            "runs on cuda but no CUDA device is available here; pass --device cpu",
             marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU"),
         ),
     ],
@@ -195,7 +207,9 @@ def test_usage_errors_are_one_line_exit_2(capsys, tmp_path, args, expected):
 def test_python_m_suite_is_the_cli():
     r = subprocess.run([sys.executable, "-m", "suite", "--help"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "{list,run,links,check,submit,report,validate,verify}" in r.stdout
-    r = subprocess.run([sys.executable, "-m", "suite", "run", "--mode", "mpi"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "suite", "run", "--mode", "mpi"], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 2 and "invalid choice: 'mpi'" in r.stderr
 
 

@@ -17,10 +17,15 @@ from suite.pipeline.timing import Clock
 
 
 def _hook(spec: str, meter: ByteMeter) -> CompressedReduce:
-    return CompressedReduce(spec, stage=1, group=dist.group.WORLD, meter=meter, clock=Clock(torch.device("cpu")), seed=0)
+    return CompressedReduce(
+        spec, stage=1, group=dist.group.WORLD, meter=meter, clock=Clock(torch.device("cpu")), seed=0
+    )
 
 
-@pytest.mark.parametrize("spec,kind", [("none", "allreduce"), ("fp16", "allgather"), ("fixture_varsize", "allgather"), ("powersgd(rank=2)", "allreduce")])
+@pytest.mark.parametrize(
+    "spec,kind",
+    [("none", "allreduce"), ("fp16", "allgather"), ("fixture_varsize", "allgather"), ("powersgd(rank=2)", "allreduce")],
+)
 def test_reduction_paths_and_their_bytes(world_of_one, tiny_task, spec, kind):
     if spec.split("(")[0] not in available():
         pytest.skip(f"{spec} not registered")

@@ -58,7 +58,9 @@ def test_link_and_hosts_are_checked_before_anything_runs(tiny_task):
     # a link alone: one emulated host per process; link and hosts are part of the cell's identity
     c = cell("tiny", "none", (TINY,), mode="torchrun", stages=2, link="1Gbps").validate()
     assert c.nnodes == 2 and c.key() != cell("tiny", "none", (TINY,), mode="torchrun", stages=2).validate().key()
-    assert c.key() == cell("tiny", "none", (TINY,), mode="torchrun", stages=2, link="1Gbps", node_rank=1).validate().key()
+    assert (
+        c.key() == cell("tiny", "none", (TINY,), mode="torchrun", stages=2, link="1Gbps", node_rank=1).validate().key()
+    )
 
 
 def test_missing_tools_are_one_line(monkeypatch):
@@ -163,8 +165,26 @@ def _gloo_iface(pid: int) -> bytes:
 @needs_netns
 def test_killing_one_nodes_torchrun_ends_the_run_naming_it_and_leaves_nothing(tmp_path):
     store = tmp_path / "store.jsonl"
-    cmd = [sys.executable, "-m", "suite", "run", "--task", "wide", "--plugin", WIDE, "--compressor", "none",
-           "--no-baseline", "--link", "100Mbps", "--steps", "200", "--results", str(store), "--no-progress"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "suite",
+        "run",
+        "--task",
+        "wide",
+        "--plugin",
+        WIDE,
+        "--compressor",
+        "none",
+        "--no-baseline",
+        "--link",
+        "100Mbps",
+        "--steps",
+        "200",
+        "--results",
+        str(store),
+        "--no-progress",
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     before = set(_emulated_pids())  # other runs' processes (a concurrent run is not ours to judge)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -203,9 +223,30 @@ def test_two_hosts_by_hand_store_the_same_result(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = []
     for i in range(2):
-        cmd = [sys.executable, "-m", "suite", "run", "--task", "tiny", "--plugin", TINY, "--compressor", "topk(ratio=0.25)",
-               "--no-baseline", "--stages", "2", "--nnodes", "2", "--node-rank", str(i), "--rdzv-endpoint",
-               f"127.0.0.1:{port}", "--results", str(tmp_path / f"host{i}.jsonl"), "--no-progress"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "suite",
+            "run",
+            "--task",
+            "tiny",
+            "--plugin",
+            TINY,
+            "--compressor",
+            "topk(ratio=0.25)",
+            "--no-baseline",
+            "--stages",
+            "2",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(i),
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port}",
+            "--results",
+            str(tmp_path / f"host{i}.jsonl"),
+            "--no-progress",
+        ]
         procs.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     outs = [p.communicate(timeout=600)[0].decode() for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs

@@ -3,25 +3,34 @@
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import pytest
 
 from suite.pipeline.config import CellConfig
-from types import SimpleNamespace
-
-from suite.pipeline.launch import _Agent, _absolute_plugins, _failure_line
+from suite.pipeline.launch import _absolute_plugins, _Agent, _failure_line
 
 
 @pytest.mark.parametrize(
     "errors,log,expected",
     [
         # a rank's own error beats its peers' connection errors, whatever their order
-        ({"rank0": "rank 0 (stage 0, replica 0): TransportError: rank 0: receiving from rank 1 failed (peer died or stalled?): x",
-          "rank1": "rank 1 (stage 1, replica 0): CompressorError: bad code"}, "", "rank 1 (stage 1, replica 0): CompressorError: bad code"),
+        (
+            {
+                "rank0": "rank 0 (stage 0, replica 0): TransportError: rank 0: receiving from rank 1 failed (peer died or stalled?): x",
+                "rank1": "rank 1 (stage 1, replica 0): CompressorError: bad code",
+            },
+            "",
+            "rank 1 (stage 1, replica 0): CompressorError: bad code",
+        ),
         # a silent death is named from torchrun's summary, followed by the peer's view
-        ({"rank0": "rank 0 (stage 0, replica 0): TransportError: receiving from rank 1 failed (peer died or stalled?): closed"},
-         "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 7)\n",
-         "rank 1 died (signal 9) without a Python error (SIGKILL); then rank 0"),
+        (
+            {
+                "rank0": "rank 0 (stage 0, replica 0): TransportError: receiving from rank 1 failed (peer died or stalled?): closed"
+            },
+            "Root Cause (first observed failure):\n[0]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 7)\n",
+            "rank 1 died (signal 9) without a Python error (SIGKILL); then rank 0",
+        ),
         ({}, "Traceback...\nImportError: no module named foo\n", "ImportError: no module named foo"),
     ],
 )
@@ -41,10 +50,16 @@ def test_a_host_killed_from_outside_is_named_over_its_peers_errors(tmp_path):
     agents = []
     for i, rc in enumerate((1, -9)):
         (tmp_path / f"node{i}" / "errors").mkdir(parents=True)
-        agents.append(_Agent(f"node {i} (namespace ns{i})", [], {}, tmp_path / f"node{i}", proc=SimpleNamespace(returncode=rc)))
-    (tmp_path / "node0" / "errors" / "rank0.txt").write_text("rank 0 (stage 0, replica 0, node 0): TransportError: peer died or stalled\n")
+        agents.append(
+            _Agent(f"node {i} (namespace ns{i})", [], {}, tmp_path / f"node{i}", proc=SimpleNamespace(returncode=rc))
+        )
+    (tmp_path / "node0" / "errors" / "rank0.txt").write_text(
+        "rank 0 (stage 0, replica 0, node 0): TransportError: peer died or stalled\n"
+    )
     msg = _failure_line(agents, agents[1], [agents[1]])
-    assert msg.startswith("torchrun run failed: node 1 (namespace ns1): its torchrun died (signal 9)") and "\n" not in msg
+    assert (
+        msg.startswith("torchrun run failed: node 1 (namespace ns1): its torchrun died (signal 9)") and "\n" not in msg
+    )
 
 
 def test_plugin_paths_are_made_absolute_for_the_workers(tmp_path, monkeypatch):
@@ -57,7 +72,8 @@ def test_plugin_paths_are_made_absolute_for_the_workers(tmp_path, monkeypatch):
 # issue 12, A16: torchrun's summary of a 4-stage cell whose rank 1 was SIGKILLed lists the survivors it
 # SIGTERMed itself, rank 0 first; the message named "rank 0 died (signal 15)"
 FOUR_STAGE_KILL = "".join(
-    f"[{i}]:\n  rank      : {r} (local_rank: {r})\n  exitcode  : {c} (pid: {100 + r})\n" for i, (r, c) in enumerate([(0, -15), (1, -9), (2, -15), (3, -15)])
+    f"[{i}]:\n  rank      : {r} (local_rank: {r})\n  exitcode  : {c} (pid: {100 + r})\n"
+    for i, (r, c) in enumerate([(0, -15), (1, -9), (2, -15), (3, -15)])
 )
 
 

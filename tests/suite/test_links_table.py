@@ -7,14 +7,24 @@ from suite.bench.links import format_rows, link_rows
 
 def _record(key: str, compressor: str, link: str, measured: float, modeled: float, reached=None, **extra):
     return {
-        "status": "ok", "cell_key": key, "task": "shakespeare", "tier": "quick", "compressor": compressor,
-        "created": "2026-11-24T00:00:00", "reached_target_step": reached, "run": {"n_stages": 4, "steps": 12},
+        "status": "ok",
+        "cell_key": key,
+        "task": "shakespeare",
+        "tier": "quick",
+        "compressor": compressor,
+        "created": "2026-11-24T00:00:00",
+        "reached_target_step": reached,
+        "run": {"n_stages": 4, "steps": 12},
         "config": {"steps": 12},
-        "network": {"link": link, "hosts": 4, "measured": {"step_s": measured, "comm_s": measured / 2},
-                    "modeled": {"as_emulated": {"step_s": modeled, "comm_s_per_step": modeled / 3}},
-                    "kernel_bytes": [{"tx_over_wire": 1.01, "rx_over_wire": 1.02}]},
+        "network": {
+            "link": link,
+            "hosts": 4,
+            "measured": {"step_s": measured, "comm_s": measured / 2},
+            "modeled": {"as_emulated": {"step_s": modeled, "comm_s_per_step": modeled / 3}},
+            "kernel_bytes": [{"tx_over_wire": 1.01, "rx_over_wire": 1.02}],
+        },
         **extra,
-    }  # fmt: skip
+    }
 
 
 def test_rows_put_measured_next_to_modeled_and_use_reference_steps_to_target():
@@ -23,8 +33,18 @@ def test_rows_put_measured_next_to_modeled_and_use_reference_steps_to_target():
         _record("b", "none", "1Gbps", 1.0, 0.9),
         {"status": "ok", "cell_key": "c", "task": "shakespeare", "tier": "quick", "compressor": "none"},  # no link
     ]
-    reference = [{"status": "ok", "task": "shakespeare", "tier": "quick", "compressor": "none", "created": "x",
-                  "reached_target_step": 90, "run": {"n_stages": 4}, "config": {"steps": None}}]  # fmt: skip
+    reference = [
+        {
+            "status": "ok",
+            "task": "shakespeare",
+            "tier": "quick",
+            "compressor": "none",
+            "created": "x",
+            "reached_target_step": 90,
+            "run": {"n_stages": 4},
+            "config": {"steps": None},
+        }
+    ]
     rows = link_rows(records, reference)
     assert [r["link"] for r in rows] == ["1Gbps", "100Mbps"]  # fastest link first
     r = rows[1]

@@ -67,12 +67,7 @@ def test_shipped_tiers_plan_without_errors(shipped, tier):
 def test_every_builtin_compressor_is_in_every_default_tier(shipped, name):
     """timm-style: a new built-in fails here until it is added to the matrix (smoke, quick, gpu)."""
     for tier in ("smoke", "quick", "gpu"):
-        used = {
-            n
-            for e in shipped.tier(tier).entries
-            for s in e.plan.all_specs()
-            for n in _names(s)
-        }
+        used = {n for e in shipped.tier(tier).entries for s in e.plan.all_specs() for n in _names(s)}
         assert name in used, f"built-in compressor {name!r} is missing from tier {tier} in {MATRIX_PATH}"
 
 
@@ -117,11 +112,15 @@ def test_expansion_ids_seeds_and_not_applicable(tmp_path):
     cells = _plan(tmp_path)
     ids = [c.test_id for c in cells]
     assert ids == [
-        "tiny-none-seed0", "tiny-none-seed1",
-        "tiny-topk(ratio=0.5)-seed0", "tiny-topk(ratio=0.5)-seed1",
-        "tiny-fwd=fp16,bwd=bf16-seed0", "tiny-fwd=fp16,bwd=bf16-seed1",
-        "tiny-subspace-seed0", "tiny-subspace-seed1",
-    ]  # fmt: skip
+        "tiny-none-seed0",
+        "tiny-none-seed1",
+        "tiny-topk(ratio=0.5)-seed0",
+        "tiny-topk(ratio=0.5)-seed1",
+        "tiny-fwd=fp16,bwd=bf16-seed0",
+        "tiny-fwd=fp16,bwd=bf16-seed1",
+        "tiny-subspace-seed0",
+        "tiny-subspace-seed1",
+    ]
     assert all(c.config.plugins == (TINY,) for c in cells)  # tiny comes from the plugin
     assert all(c.config.time_limit_s == 60 for c in cells)
     assert [c.skip is not None for c in cells] == [False] * 6 + [True] * 2
@@ -185,17 +184,25 @@ def test_broken_plugin_fails_only_its_cells(tmp_path):
         ("schema: other/1\ntiers: {}\n", "'schema' must be 'mpcbench.matrix/1'"),
         ("schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1}\n", "missing 'compressors'"),
         ("schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 0, compressors: [none]}\n", "seeds"),
-        ("schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [none], colour: red}\n",
-         "unknown key(s) ['colour']"),
-        ("schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [{forwrd: none}]}\n",
-         "unknown key(s) ['forwrd']"),
-        ("schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [{forward: 3}]}\n",
-         "a spec must be a string"),
-        ("schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [none], cell_timeout_s: -1}\n",
-         "cell_timeout_s must be a finite number of seconds in (0, 604800]"),
+        (
+            "schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [none], colour: red}\n",
+            "unknown key(s) ['colour']",
+        ),
+        (
+            "schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [{forwrd: none}]}\n",
+            "unknown key(s) ['forwrd']",
+        ),
+        (
+            "schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [{forward: 3}]}\n",
+            "a spec must be a string",
+        ),
+        (
+            "schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [none], cell_timeout_s: -1}\n",
+            "cell_timeout_s must be a finite number of seconds in (0, 604800]",
+        ),
         ("schema: mpcbench.matrix/1\ntiers:\n  smoke: !!python/object:os.system {}\n", "malformed YAML"),
     ],
-)  # fmt: skip
+)
 def test_malformed_matrix_one_line_error(tmp_path, text, expected):
     with pytest.raises(MatrixError) as e:
         load_matrix(_write(tmp_path, text))
@@ -208,7 +215,7 @@ def test_malformed_matrix_one_line_error(tmp_path, text, expected):
     [
         (dict(tier="huge"), "unknown tier 'huge'; valid tiers: smoke"),
         (dict(tasks=("imagenet",)), "unknown task 'imagenet'; valid tasks:"),
-        (dict(compressors=("topkk(ratio=0.1)",)), "unknown compressor 'topkk'; valid names:"),
+        (dict(compressors=("topkk(ratio=0.1)",)), "unknown compressor 'topkk' (did you mean 'topk'?); valid names:"),
         (dict(compressors=("topk(ratio=2.0)",)), "ratio"),
         (dict(compressors=("topk(rato=0.1)",)), "unknown parameter 'rato'"),
         (dict(compressors=("topk(ratio=",)), "cannot parse compressor spec"),

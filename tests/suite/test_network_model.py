@@ -159,7 +159,7 @@ def test_modeled_time_is_monotone_in_bandwidth_and_bytes():
 def test_model_run_totals_time_to_target_comm_share_and_statistic():
     inp = _inputs(1e5, steps=6)
     out = model_run(inp, reached_target_step=4.5)
-    for n, m in out.items():
+    for _n, m in out.items():
         assert m["total_s"] == pytest.approx(6 * m["step_s"])
         assert m["time_to_target_s"] == pytest.approx(4.5 * m["step_s"])
         ideal = step_time(inp.schedule, inp.stages, inp.steps[0], 1, IDEAL)

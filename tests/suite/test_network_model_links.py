@@ -21,8 +21,16 @@ def test_measured_step_over_a_20_mbit_link_matches_the_model():
     why = can_build()
     if why:
         pytest.skip(why)
-    cfg = CellConfig(task="cifar10", tier="quick", stages=2, plan=CompressionPlan.from_dict("none"), mode="torchrun",
-                     steps=8, data_dir=os.environ.get("MPCBENCH_DATA_DIR"), eval_uncompressed=False).validate()  # fmt: skip
+    cfg = CellConfig(
+        task="cifar10",
+        tier="quick",
+        stages=2,
+        plan=CompressionPlan.from_dict("none"),
+        mode="torchrun",
+        steps=8,
+        data_dir=os.environ.get("MPCBENCH_DATA_DIR"),
+        eval_uncompressed=False,
+    ).validate()
     with netns_pair("t") as pair:
         lat = pair.one_way_latency_s()
         pair.limit(20)

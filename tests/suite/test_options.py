@@ -48,8 +48,27 @@ def test_selection_has_one_field_per_row_with_a_field():
 
 
 def test_both_front_ends_give_the_same_selection(tmp_path):
-    argv = ["--task", "tiny", "--forward", "fp16", "--backward", "none", "--seeds", "0,2", "--schedule", "gpipe",
-            "--microbatches", "2", "--plugin", "p.py", "--no-baseline", "--data-dir", "d", "--device", "cpu"]  # fmt: skip
+    argv = [
+        "--task",
+        "tiny",
+        "--forward",
+        "fp16",
+        "--backward",
+        "none",
+        "--seeds",
+        "0,2",
+        "--schedule",
+        "gpipe",
+        "--microbatches",
+        "2",
+        "--plugin",
+        "p.py",
+        "--no-baseline",
+        "--data-dir",
+        "d",
+        "--device",
+        "cpu",
+    ]
     cli = build_parser().parse_args(["run", *argv])
     group_parser = argparse.ArgumentParser()
     for o in RUN_OPTIONS:  # what pytest does, with pytest's dest prefix dropped

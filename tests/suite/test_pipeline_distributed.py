@@ -100,7 +100,9 @@ def test_pp2_dp2_with_compressed_gradient_hook(tiny_cell, fixture_paths, tmp_pat
     total = sum(sum(ops.values()) for ops in logged.values())
     assert total == r.bytes["forward"].wire + r.bytes["backward"].wire + r.bytes["dp"].wire + r.eval_bytes.wire
     # the warm-up step averaged exact gradients: step 1 matches one process on the global batch
-    ref = run(replace(cfg, plan=replace(cfg.plan, dp="none"), dp=1, mode="single", tier="full", steps=6, microbatches=8))
+    ref = run(
+        replace(cfg, plan=replace(cfg.plan, dp="none"), dp=1, mode="single", tier="full", steps=6, microbatches=8)
+    )
     assert r.losses[:2] == pytest.approx(ref.losses[:2], abs=1e-5)
 
 
@@ -155,4 +157,3 @@ def test_the_watchdog_kills_a_run_past_its_time_limit(tiny_cell, monkeypatch, pr
         run(cfg)
     assert time.perf_counter() - t0 < 20
     assert processes_with_env("MPCBENCH_TEST_MARKER", marker) == []
-

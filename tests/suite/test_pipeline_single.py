@@ -13,11 +13,11 @@ from compressors.api import TensorInfo, TensorRole
 from suite.pipeline import boundary as boundary_mod
 from suite.pipeline.config import ConfigError
 from suite.pipeline.errors import RunTimeout
-from suite.results.network import PROFILES, TimingInputs, model_run
 from suite.pipeline.reference import train_unsplit
 from suite.pipeline.result import RunResult
 from suite.pipeline.runtime import run
 from suite.pipeline.transport import PREFIX_NBYTES, LocalTransport, frame
+from suite.results.network import PROFILES, TimingInputs, model_run
 
 # tiny task: micro-batch activations are (4, 32) fp32 = 512 bytes; a message adds an 8-byte
 # length prefix and a 36-byte header (int32: dtype, ndim, 2 dims, n, dtype, ndim, 2 dims)
@@ -26,8 +26,14 @@ ACT_BYTES, NONE_MSG = 512, 512 + 8 + 36
 
 @pytest.mark.parametrize(
     "task,stages,schedule,tier",
-    [("tiny", 2, "gpipe", "quick"), ("tiny", 4, "1f1b", "smoke"), ("tiny_adamw", 3, "gpipe", "smoke"), ("tiny_adamw", 2, "1f1b", "smoke"),
-     ("tiny", 4, "interleaved_1f1b", "quick"), ("tiny_adamw", 4, "interleaved_1f1b", "smoke")],
+    [
+        ("tiny", 2, "gpipe", "quick"),
+        ("tiny", 4, "1f1b", "smoke"),
+        ("tiny_adamw", 3, "gpipe", "smoke"),
+        ("tiny_adamw", 2, "1f1b", "smoke"),
+        ("tiny", 4, "interleaved_1f1b", "quick"),
+        ("tiny_adamw", 4, "interleaved_1f1b", "smoke"),
+    ],
 )
 def test_none_pipeline_equals_unsplit_training(tiny_cell, task, stages, schedule, tier):
     cfg = tiny_cell(task=task, stages=stages, schedule=schedule, tier=tier)
@@ -88,17 +94,21 @@ def test_wire_bytes_equal_the_sizes_of_the_messages_torchrun_would_send(tiny_cel
     assert sum(sent) == r.bytes["forward"].wire + r.bytes["backward"].wire + r.eval_bytes.wire
 
 
+class _LyingFixed(Compressor):
+    """Declares a fixed-size payload but sends 8 or 9 values (module level: single-process mode builds
+    plugin compressors from a private copy of their module, which must be able to find the class)."""
+
+    fixed_size = True
+
+    def compress(self, x, info):
+        return (x.reshape(-1)[: 8 + info.step % 2],)  # size varies with the step
+
+    def decompress(self, payload, info):
+        return torch.zeros(info.shape, dtype=info.dtype)
+
+
 def test_a_fixed_size_compressor_whose_payload_changes_is_refused(tiny_cell, restore_registry):
-    @register("fixture_lying_fixed")
-    class Lying(Compressor):
-        fixed_size = True
-
-        def compress(self, x, info):
-            return (x.reshape(-1)[: 8 + info.step % 2],)  # size varies with the step
-
-        def decompress(self, payload, info):
-            return torch.zeros(info.shape, dtype=info.dtype)
-
+    register("fixture_lying_fixed")(_LyingFixed)
     with pytest.raises(Exception, match=r"fixed-size stream .* changed from \[float32\[8\]\] to \[float32\[9\]\]"):
         run(tiny_cell(plan={"forward": "fixture_lying_fixed", "backward": "none"}, stages=2))
 
@@ -160,7 +170,6 @@ def test_trainable_compressor_gets_gradients_and_learns(tiny_cell, monkeypatch, 
         assert r.bytes["backward"].wire < r.bytes["backward"].raw / 3
 
 
-@register("test_wrong_shape")
 class _WrongShape(Compressor):
     """Decompresses to the wrong shape (a broken plugin)."""
 
@@ -171,13 +180,14 @@ class _WrongShape(Compressor):
         return payload[0]
 
 
-def test_bad_configs_and_plugins_fail_with_one_line_errors(tiny_cell):
+def test_bad_configs_and_plugins_fail_with_one_line_errors(tiny_cell, restore_registry):
+    register("test_wrong_shape")(_WrongShape)  # a broken plugin, registered for this test only
     with pytest.raises(ConfigError, match="dp=2 needs mode=torchrun"):
         run(tiny_cell(dp=2))
     if "ae" in available():
         with pytest.raises(ConfigError, match="backward compressor 'ae.*does not support role activation_grad"):
             run(tiny_cell(plan="ae(dim=8)"))
-    with pytest.raises(ConfigError, match="unknown compressor 'nope'; valid names: .*none"):
+    with pytest.raises(ConfigError, match="unknown compressor 'nope'.*; valid names: .*none"):
         run(tiny_cell(plan="nope"))
     with pytest.raises(ConfigError, match="cannot be split into 5 stages"):
         run(tiny_cell(stages=5))
@@ -189,7 +199,15 @@ def test_bad_configs_and_plugins_fail_with_one_line_errors(tiny_cell):
 
 def test_run_result_is_complete_and_consistent(tiny_cell):
     r = run(tiny_cell(plan="fp8", stages=3, tier="quick", schedule="gpipe"))
-    assert (r.steps, r.n_stages, r.dp, r.microbatches, r.schedule, r.mode, r.device) == (20, 3, 1, 4, "gpipe", "single", "cpu")
+    assert (r.steps, r.n_stages, r.dp, r.microbatches, r.schedule, r.mode, r.device) == (
+        20,
+        3,
+        1,
+        4,
+        "gpipe",
+        "single",
+        "cpu",
+    )
     assert r.metric_name == "accuracy" and r.higher_is_better and r.target == 0.4
     assert [p.step for p in r.curve] == [5, 10, 15, 20] and r.final_metric == r.curve[-1].metric
     hit = [p.step for p in r.curve if p.metric >= r.target]

@@ -11,9 +11,8 @@ import pytest
 import torch
 
 import suite.bench.provenance as prov
-from suite.pipeline.config import CellConfig, CompressionPlan
 from suite.bench.record_builder import failed_record
-
+from suite.pipeline.config import CellConfig, CompressionPlan
 
 pytestmark = pytest.mark.usefixtures("restore_registry")
 

@@ -44,8 +44,19 @@ def test_matrix_run_broken_plugin_and_resume(pytester, restore_registry, monkeyp
     (pytester.path / "explode.py").write_text(EXPLODE)
     store = pytester.path / "out" / "store.jsonl"
     bench = pytester.path / "bench.json"
-    common = [str(SUITE), *INNER, "-rs", "--tier", "smoke", "--task", "tiny", "--plugin", TINY,
-              "--results", "out/store.jsonl"]  # fmt: skip
+    common = [
+        str(SUITE),
+        *INNER,
+        "-rs",
+        "--tier",
+        "smoke",
+        "--task",
+        "tiny",
+        "--plugin",
+        TINY,
+        "--results",
+        "out/store.jsonl",
+    ]
     r = pytester.runpytest_inprocess(
         *common, "--plugin", "explode.py", "--compressor", "explode", "--benchmark-json", str(bench)
     )
@@ -61,7 +72,9 @@ def test_matrix_run_broken_plugin_and_resume(pytester, restore_registry, monkeyp
     assert by["tiny-explode-seed0"]["status"] == "failed"
     assert by["tiny-explode-seed0"]["error"] == "RuntimeError: kaboom in compress second line"
     assert by["tiny-none-seed0"]["status"] == "ok"
-    assert (Path(store).parent / by["tiny-explode-seed0"]["log"]).read_text().count("Traceback") >= 1  # relative to the store
+    assert (Path(store).parent / by["tiny-explode-seed0"]["log"]).read_text().count(
+        "Traceback"
+    ) >= 1  # relative to the store
     assert len(pd.read_json(store, lines=True)) == 2
     # --benchmark-json carries the timing and everything the store has
     benches = {b["extra_info"]["cell_id"]: b for b in json.loads(bench.read_text())["benchmarks"]}
@@ -89,9 +102,23 @@ def test_check_consistency_option_reaches_the_cell(pytester, restore_registry, m
     monkeypatch.delenv("MPCBENCH_CHECK_CONSISTENCY", raising=False)
     faulty = str(REPO / "tests" / "fixtures" / "faulty_plugins.py")
     r = pytester.runpytest_inprocess(
-        str(SUITE), *INNER, "--task", "tiny", "--steps", "2", "--plugin", TINY, "--plugin", faulty,
-        "--compressor", "fault_diverge", "--no-baseline", "--check-consistency", "--results", "out/store.jsonl",
-    )  # fmt: skip
+        str(SUITE),
+        *INNER,
+        "--task",
+        "tiny",
+        "--steps",
+        "2",
+        "--plugin",
+        TINY,
+        "--plugin",
+        faulty,
+        "--compressor",
+        "fault_diverge",
+        "--no-baseline",
+        "--check-consistency",
+        "--results",
+        "out/store.jsonl",
+    )
     out = r.stdout.str()
     r.assert_outcomes(failed=1)
     assert "failed: CompressorError: fault_diverge: sender/receiver consistency check" in out
@@ -103,9 +130,20 @@ def test_check_consistency_option_reaches_the_cell(pytester, restore_registry, m
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
 def test_cuda_cells_are_skipped_without_a_gpu(pytester, restore_registry):
     r = pytester.runpytest_inprocess(
-        str(SUITE), *INNER, "-rs", "--task", "tiny", "--plugin", TINY, "--device", "cuda", "--compressor", "fp16",
-        "--results", "out/store.jsonl",
-    )  # fmt: skip
+        str(SUITE),
+        *INNER,
+        "-rs",
+        "--task",
+        "tiny",
+        "--plugin",
+        TINY,
+        "--device",
+        "cuda",
+        "--compressor",
+        "fp16",
+        "--results",
+        "out/store.jsonl",
+    )
     r.assert_outcomes(skipped=2)
     assert "no CUDA device is available here" in r.stdout.str()
     assert not (pytester.path / "out" / "store.jsonl").exists()  # nothing ran, nothing recorded
@@ -117,7 +155,15 @@ def test_options_do_not_interfere_with_other_runs(pytester):
     result.assert_outcomes(passed=1)
     assert not (pytester.path / "results").exists()
     help_text = pytester.runpytest_inprocess(*INNER, "--help").stdout.str()
-    opts = ("--tier", "--mpcbench-tier", "--compressor", "--results", "--cell-timeout", "--plugin", "--check-consistency")
+    opts = (
+        "--tier",
+        "--mpcbench-tier",
+        "--compressor",
+        "--results",
+        "--cell-timeout",
+        "--plugin",
+        "--check-consistency",
+    )
     for opt in opts:
         assert opt in help_text
 

@@ -17,7 +17,6 @@ from suite.pipeline.schedules import (
     check_schedule,
     get_schedule,
     gpipe,
-    interleaved_1f1b,
     one_f_one_b,
 )
 from suite.pipeline.transport import PREFIX_NBYTES, LocalTransport, TransportError, frame, frame_nbytes, unframe
@@ -89,8 +88,13 @@ def _sched(*ranks, S=None, M=1):
 
 def test_check_schedule_checks_dependencies_not_a_fixed_order():
     # any order that respects the dependencies is accepted: backwards in reverse, split I/W backward
-    check_schedule(_sched([Action(0, F, 0), Action(0, F, 1), Action(0, B, 1), Action(0, B, 0)],
-                          [Action(1, F, 0), Action(1, F, 1), Action(1, B, 1), Action(1, B, 0)], M=2))  # fmt: skip
+    check_schedule(
+        _sched(
+            [Action(0, F, 0), Action(0, F, 1), Action(0, B, 1), Action(0, B, 0)],
+            [Action(1, F, 0), Action(1, F, 1), Action(1, B, 1), Action(1, B, 0)],
+            M=2,
+        )
+    )
     check_schedule(_sched([Action(0, k, 0) for k in (F, I, W)], [Action(1, k, 0) for k in (F, I, W)]))
     bad = {
         "before its forward": _sched([Action(0, B, 0), Action(0, F, 0)]),
@@ -101,16 +105,21 @@ def test_check_schedule_checks_dependencies_not_a_fixed_order():
         "out of range": _sched([Action(0, F, 0), Action(0, B, 0), Action(0, F, 1)]),
         "is on rank 0, its stage lives on rank 1": _sched([Action(1, F, 0), Action(1, B, 0)], [], S=2),
         "neighbouring stages 0 and 1 share rank 0": _sched(
-            [Action(s, k, 0) for s, k in ((0, F), (1, F), (1, B), (0, B))], S=2),
+            [Action(s, k, 0) for s, k in ((0, F), (1, F), (1, B), (0, B))], S=2
+        ),
         # rank 0 waits for B0's gradient before sending F1; rank 1 waits for F1 before sending B0's gradient
         "deadlocks: rank 0 at 0B0, rank 1 at 1F1": _sched(
             [Action(0, F, 0), Action(0, B, 0), Action(0, F, 1), Action(0, B, 1)],
-            [Action(1, F, 0), Action(1, F, 1), Action(1, B, 0), Action(1, B, 1)], M=2),
+            [Action(1, F, 0), Action(1, F, 1), Action(1, B, 0), Action(1, B, 1)],
+            M=2,
+        ),
         # both messages are sent, but rank 1 would read micro-batch 1's activation for its F0
         "would receive the message from stage 0 to stage 1 for micro-batch 0": _sched(
             [Action(0, F, 0), Action(0, F, 1), Action(0, B, 0), Action(0, B, 1)],
-            [Action(1, F, 1), Action(1, B, 1), Action(1, F, 0), Action(1, B, 0)], M=2),
-    }  # fmt: skip
+            [Action(1, F, 1), Action(1, B, 1), Action(1, F, 0), Action(1, B, 0)],
+            M=2,
+        ),
+    }
     for message, sched in bad.items():
         with pytest.raises(ValueError, match=message):
             check_schedule(sched)
@@ -136,7 +145,9 @@ def test_frame_round_trip_and_exact_size(payload):
     assert shape == torch.Size([4, 32]) and dtype == torch.float32 and len(out) == len(payload)
     for a, b in zip(payload, out):
         assert a.dtype == b.dtype and a.shape == b.shape
-        assert torch.equal(a.view(torch.uint8) if a.element_size() == 1 else a, b.view(torch.uint8) if b.element_size() == 1 else b)
+        assert torch.equal(
+            a.view(torch.uint8) if a.element_size() == 1 else a, b.view(torch.uint8) if b.element_size() == 1 else b
+        )
 
 
 def test_malformed_frames_and_payloads_are_refused():

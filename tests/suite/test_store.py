@@ -14,9 +14,9 @@ import time
 import pandas as pd
 import pytest
 
-from suite.pipeline.config import CellConfig, CompressionPlan
 from suite.bench.record_builder import failed_record
 from suite.bench.store import ResultsStore, StoreError, dump_record, read_jsonl
+from suite.pipeline.config import CellConfig, CompressionPlan
 
 
 def _record(seed: int = 0, status: str = "failed", spec: str = "none") -> dict:
@@ -187,8 +187,11 @@ def small_tmpfs(tmp_path):
     """A 64 KiB tmpfs (a disk that fills up for real); skipped where mounting is not allowed."""
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
-                                           capture_output=True).returncode != 0:  # fmt: skip
+    if (
+        os.geteuid() != 0
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True).returncode
+        != 0
+    ):
         pytest.skip("needs root and mount(8) for a small tmpfs (the simulated test below runs everywhere)")
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], check=False)
@@ -203,7 +206,11 @@ def test_a10_full_disk_loses_only_the_record_being_written(small_tmpfs):
         for n in range(10_000):
             store.append(_record(n))
     msg = str(info.value)
-    assert "\n" not in msg and msg.startswith("disk full: could not append the record of ") and "finished before are safe" in msg
+    assert (
+        "\n" not in msg
+        and msg.startswith("disk full: could not append the record of ")
+        and "finished before are safe" in msg
+    )
     records, problems = read_jsonl(store.path)
     assert problems == [] and [r["seed"] for r in records] == list(range(n))  # every earlier record, no torn line
     assert n > 20  # the store filled most of the disk: appends need room for one line, not a copy of the store
@@ -253,7 +260,12 @@ def read_only_dir(tmp_path):
     (d / "store.jsonl").write_text(dump_record(_record(0)) + "\n")
     mounted = False
     if os.geteuid() == 0:
-        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(d)], capture_output=True).returncode == 0
+        mounted = (
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(d)], capture_output=True
+            ).returncode
+            == 0
+        )
         if not mounted:
             pytest.skip("running as root without mount(8): cannot make a read-only folder")
     else:
@@ -268,15 +280,33 @@ def read_only_dir(tmp_path):
 def test_a11_read_only_location_is_one_line_before_any_cell_runs(read_only_dir, tmp_path):
     """Before: ``mpcbench run`` ended in a raw ``OSError: [Errno 30]`` traceback."""
     store = ResultsStore(read_only_dir / "sub" / "store.jsonl")
-    with pytest.raises(StoreError, match=r"is not writable \((read-only file system|permission denied)\); pass --results"):
+    with pytest.raises(
+        StoreError, match=r"is not writable \((read-only file system|permission denied)\); pass --results"
+    ):
         store.check_writable()
     with pytest.raises(StoreError, match="is not writable"):
         store.append(_record(1))
     r = subprocess.run(
-        [sys.executable, "-m", "suite", "run", "--tier", "smoke", "--task", "cifar10", "--compressor", "none",
-         "--no-progress", "--results", str(read_only_dir / "store.jsonl")],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "suite",
+            "run",
+            "--tier",
+            "smoke",
+            "--task",
+            "cifar10",
+            "--compressor",
+            "none",
+            "--no-progress",
+            "--results",
+            str(read_only_dir / "store.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     err = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert err[-1].startswith("mpcbench: error: results store ") and "is not writable" in err[-1]

@@ -35,16 +35,33 @@ def _entry(tmp_path: Path) -> Path:
     entry = tmp_path / "records" / "halfway-fp16"
     entry.mkdir(parents=True)
     (entry / "plugin.py").write_text(PLUGIN)
-    (entry / "entry.yaml").write_text(f'name: halfway\nsubmitter: someone\ndate: "2026-11-24"\nplugin: plugin.py\n'
-                                      f'plugin_hash: {_file_hash(entry / "plugin.py")}\n')  # fmt: skip
+    (entry / "entry.yaml").write_text(
+        f'name: halfway\nsubmitter: someone\ndate: "2026-11-24"\nplugin: plugin.py\n'
+        f"plugin_hash: {_file_hash(entry / 'plugin.py')}\n"
+    )
     return entry
 
 
 def test_submit_runs_the_missing_baseline_once_and_stores_portable_paths(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     entry = _entry(tmp_path)
-    rc = main(["run", "--task", "tiny", "--plugin", TINY, "--plugin", str(entry / "plugin.py"), "--compressor",
-               "halfway", "--no-baseline", "--results", str(entry / "results.jsonl"), "--no-progress"])  # fmt: skip
+    rc = main(
+        [
+            "run",
+            "--task",
+            "tiny",
+            "--plugin",
+            TINY,
+            "--plugin",
+            str(entry / "plugin.py"),
+            "--compressor",
+            "halfway",
+            "--no-baseline",
+            "--results",
+            str(entry / "results.jsonl"),
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     (mine,), _ = read_jsonl(entry / "results.jsonl")
     assert "plugin.py" in mine["config"]["plugins"] and "plugin:plugin.py" in mine["provenance"]["plugin_hashes"]
@@ -90,9 +107,25 @@ def test_submit_refuses_an_invalid_entry_before_running_anything(tmp_path, capsy
 
 def test_screenshot_commands_name_each_view_of_the_entry(tmp_path):
     entry = tmp_path / "records" / "mine"
-    cmds = screenshot_commands(entry, tmp_path / "out", [("cifar10", "quick"), ("sst2", "quick")],
-                               rule="time_to_target", network="1Gbps")  # fmt: skip
-    assert cmds[0] == [sys.executable, "-m", "leaderboard.screenshot", str(tmp_path / "out" / "mine-cifar10-quick.png"),
-                       "--records", str(entry.parent), "--task", "cifar10", "--tier", "quick", "--rule",
-                       "time_to_target", "--network", "1Gbps", "--entry", "mine"]  # fmt: skip
+    cmds = screenshot_commands(
+        entry, tmp_path / "out", [("cifar10", "quick"), ("sst2", "quick")], rule="time_to_target", network="1Gbps"
+    )
+    assert cmds[0] == [
+        sys.executable,
+        "-m",
+        "leaderboard.screenshot",
+        str(tmp_path / "out" / "mine-cifar10-quick.png"),
+        "--records",
+        str(entry.parent),
+        "--task",
+        "cifar10",
+        "--tier",
+        "quick",
+        "--rule",
+        "time_to_target",
+        "--network",
+        "1Gbps",
+        "--entry",
+        "mine",
+    ]
     assert cmds[1][cmds[1].index("--task") + 1] == "sst2"

@@ -34,7 +34,7 @@ class FakeEvent:
     def synchronize(self) -> None:
         FakeEvent.syncs += 1
 
-    def elapsed_time(self, end: "FakeEvent") -> float:
+    def elapsed_time(self, end: FakeEvent) -> float:
         return (end.t - self.t) * 1000.0  # milliseconds, like torch.cuda.Event
 
 

@@ -18,9 +18,20 @@ TINY = REPO / "tests" / "fixtures" / "tiny_task.py"
 
 
 def _rec(cell_id="c", task="cifar10", metric=0.5, wire=100, created="2026-01-01", status="ok", key="k", **kw):
-    return {"cell_id": cell_id, "cell_key": key, "record_id": cell_id + created, "task": task, "tier": "quick",
-            "status": status, "created": created, "metric_name": "accuracy", "final_metric": metric, "error": None,
-            "bytes": {"forward": {"raw": 400, "wire": wire, "messages": 2}}, **kw}  # fmt: skip
+    return {
+        "cell_id": cell_id,
+        "cell_key": key,
+        "record_id": cell_id + created,
+        "task": task,
+        "tier": "quick",
+        "status": status,
+        "created": created,
+        "metric_name": "accuracy",
+        "final_metric": metric,
+        "error": None,
+        "bytes": {"forward": {"raw": 400, "wire": wire, "messages": 2}},
+        **kw,
+    }
 
 
 def test_compare_exact_needs_identical_numbers():
@@ -42,8 +53,13 @@ def test_compare_across_machines_uses_the_seed_spread():
 
 
 def test_sample_takes_the_latest_ok_record_per_cell_and_n_per_task():
-    recs = [_rec("a", key="1", created="2026-01-01", metric=0.1), _rec("a", key="1", created="2026-01-02", metric=0.2),
-            _rec("b", key="2"), _rec("c", key="3", task="sst2"), _rec("d", key="4", task="sst2", status="failed")]  # fmt: skip
+    recs = [
+        _rec("a", key="1", created="2026-01-01", metric=0.1),
+        _rec("a", key="1", created="2026-01-02", metric=0.2),
+        _rec("b", key="2"),
+        _rec("c", key="3", task="sst2"),
+        _rec("d", key="4", task="sst2", status="failed"),
+    ]
     picked = sample_records(recs, 5)
     assert sorted(r["cell_id"] for r in picked) == ["a", "b", "c"]
     assert next(r for r in picked if r["cell_id"] == "a")["final_metric"] == 0.2
@@ -77,8 +93,15 @@ def test_verify_reruns_a_tiny_cell_at_its_commit_and_catches_a_forged_number(tmp
     entry = tmp_path / "records" / "tiny-entry"
     entry.mkdir(parents=True)
     shutil.copy(TINY, entry / "tiny_task.py")
-    cfg = CellConfig(task="tiny", tier="smoke", plan=CompressionPlan("quant(bits=4)", "none"), stages=2, steps=3,
-                     plugins=(str(entry / "tiny_task.py"),), time_limit_s=300)  # fmt: skip
+    cfg = CellConfig(
+        task="tiny",
+        tier="smoke",
+        plan=CompressionPlan("quant(bits=4)", "none"),
+        stages=2,
+        steps=3,
+        plugins=(str(entry / "tiny_task.py"),),
+        time_limit_s=300,
+    )
     rec = run_cell(cfg, log_dir=tmp_path / "logs")
     assert rec["status"] == "ok", rec["error"]
     rec["provenance"]["git_commit"], rec["provenance"]["git_dirty"] = head, not _head_is_clean()

@@ -59,7 +59,9 @@ def test_gpu_tier_options_train_through_the_pipeline(monkeypatch, plan):
     smoke, gpu = Cifar10.tiers["smoke"], Cifar10.tiers["gpu"]
     extra = {**smoke.extra, "channels_last": True, "label_smoothing": gpu.extra["label_smoothing"]}
     monkeypatch.setitem(Cifar10.tiers, "gpu", replace(smoke, precision="bf16", extra=extra))
-    cfg = CellConfig(task="cifar10", tier="gpu", device="cpu", plan=CompressionPlan(plan, plan), eval_uncompressed=False)
+    cfg = CellConfig(
+        task="cifar10", tier="gpu", device="cpu", plan=CompressionPlan(plan, plan), eval_uncompressed=False
+    )
     r = run(cfg)
     assert all(torch.isfinite(torch.tensor(r.losses))) and 0.0 <= r.final_metric <= 1.0
     assert r.bytes["forward"].raw == smoke.steps * sum(  # bf16 activations at the 3 boundaries of 4 stages

@@ -159,7 +159,9 @@ def test_every_tier_is_a_valid_budget(name):
 def test_batches_built_on_cuda_equal_cpu_batches(name):
     cpu, gpu = _task(name), _task(name)
     gpu.to_device(torch.device("cuda"))
-    for a, b in zip(list(cpu.train_batches()) + list(cpu.eval_batches()), list(gpu.train_batches()) + list(gpu.eval_batches())):
+    for a, b in zip(
+        list(cpu.train_batches()) + list(cpu.eval_batches()), list(gpu.train_batches()) + list(gpu.eval_batches())
+    ):
         b = b.to("cpu")
         assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
         assert torch.equal(a.sample_ids, b.sample_ids)

@@ -57,7 +57,7 @@ def test_constrained_boundaries_lie_in_the_subspace(training):
     assert (d, k) == (32, 4) and feat.basis.dtype == torch.float32
     torch.testing.assert_close(feat.basis.T @ feat.basis, torch.eye(k), rtol=0, atol=1e-5)
     opts = [task.make_optimizer(list(s.parameters())) for s in stages]
-    for step, batch in zip(range(2), task.train_batches()):  # before and after an update
+    for _step, batch in zip(range(2), task.train_batches()):  # before and after an update
         x = batch.inputs
         for s in stages[:-1]:
             s.train(training)

@@ -8,7 +8,11 @@ from _taskdata import require_data
 
 from tasks.sst2 import Sst2, _tokenizer, default_model
 
-SENTENCES = ["a charming and often affecting journey .", "unflinchingly bleak", "it 's not a bad film , just a dull one ."]
+SENTENCES = [
+    "a charming and often affecting journey .",
+    "unflinchingly bleak",
+    "it 's not a bad film , just a dull one .",
+]
 
 
 @pytest.fixture(scope="module")
