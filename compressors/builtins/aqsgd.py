@@ -68,7 +68,7 @@ from ..registry import check_choice, check_range, register
 from ._common import require_finite
 from .quantization import Quant
 
-__all__ = ["AQSGD", "RowStore", "cache_dir"]
+__all__ = ["AQSGD", "RowStore", "SampleMemory", "cache_dir"]
 
 _FIRST, _DELTA, _DIRECT = 1, 0, 2
 _STORE_DTYPES = {"fp16": (np.float16, torch.float16), "fp32": (np.float32, torch.float32)}
@@ -131,6 +131,73 @@ def _remove_dir(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+class SampleMemory:
+    """One :class:`RowStore` of per-sample rows (AQ-SGD's buffers, per-sample error feedback),
+    in a directory under :func:`cache_dir` created on first use and deleted on ``reset()`` or
+    garbage collection. A change of the per-sample shape restarts every sample from zero."""
+
+    def __init__(self, prefix: str = "mpcbench-ef-", dtype: np.dtype = np.float32, suffix: str = "fp32") -> None:
+        self.prefix, self.dtype, self.suffix = prefix, dtype, suffix
+        self._dir: str | None = None
+        self._finalizer: weakref.finalize | None = None
+        self.store: RowStore | None = None
+
+    @property
+    def dir(self) -> Path | None:
+        return None if self._dir is None else Path(self._dir)
+
+    def store_for(self, row_shape: tuple[int, ...], max_id: int) -> RowStore:
+        if self.store is not None and self.store.row_shape != row_shape:
+            self.reset()  # per-sample shape changed: documented restart
+        if self.store is None:
+            if self._dir is None:
+                self._dir = tempfile.mkdtemp(prefix=self.prefix, dir=cache_dir())
+                self._finalizer = weakref.finalize(self, _remove_dir, self._dir)
+            path = Path(self._dir) / f"rows-{uuid.uuid4().hex[:8]}.{self.suffix}"
+            self.store = RowStore(path, row_shape, self.dtype)
+        self.store.ensure(max_id)
+        return self.store
+
+    @staticmethod
+    def ids(info: TensorInfo, batch: int, owner: str, hint: str = "") -> np.ndarray:
+        """``info.sample_ids`` as (B,) int64 numpy, checked against the batch size."""
+        ids = info.sample_ids
+        assert ids is not None
+        if ids.dim() != 1 or ids.numel() != batch:
+            raise CompressorError(
+                f"{owner}: info.sample_ids has shape {tuple(ids.shape)} but the {info.role.value} at boundary "
+                f"{info.boundary} has batch size {batch}; expected one id per sample{hint}"
+            )
+        out = ids.detach().cpu().numpy().astype(np.int64, copy=False)
+        if out.size and out.min() < 0:
+            raise CompressorError(f"{owner}: negative sample id {int(out.min())} at boundary {info.boundary}")
+        return out
+
+    def read(self, ids: np.ndarray, like: Tensor) -> Tensor:
+        """(B, *like.shape[1:]) fp32 rows of ``ids`` on ``like``'s device (zeros for unseen ids)."""
+        store = self.store_for(tuple(like.shape[1:]), int(ids.max()) if ids.size else 0)
+        rows = torch.from_numpy(store.read(ids)) if ids.size else torch.zeros(0, store.row_numel)
+        return rows.to(device=like.device, dtype=torch.float32).reshape(like.shape)
+
+    def write(self, ids: np.ndarray, rows: Tensor) -> None:
+        if ids.size:
+            store = self.store_for(tuple(rows.shape[1:]), int(ids.max()))
+            store.write(ids, rows.detach().float().reshape(ids.size, -1).cpu().numpy())
+
+    def nbytes(self) -> int:
+        return 0 if self.store is None else self.store.nbytes()
+
+    def reset(self) -> None:
+        """Forget every sample and delete the files."""
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self._finalizer is not None:
+            self._finalizer()  # removes the directory now (and never again)
+            self._finalizer = None
+        self._dir = None
+
+
 @register("aqsgd")
 class AQSGD(Compressor):
     """AQ-SGD (Wang et al. 2022): quantize the change of each sample's activation since its last visit.
@@ -162,9 +229,8 @@ class AQSGD(Compressor):
             rounding=check_choice("aqsgd", "rounding", rounding, ("nearest", "stochastic")),
         )
         self.quant.name = "aqsgd"
-        self._dir: str | None = None  # created on first use, removed by reset() / GC
-        self._finalizer: weakref.finalize | None = None
-        self._store: RowStore | None = None
+        dtype = _STORE_DTYPES[self.store_dtype][0]
+        self._mem = SampleMemory("mpcbench-aqsgd-", dtype, self.store_dtype)  # files made on first use
         self._rows = {"first": 0, "delta": 0, "direct": 0}  # training rows sent, by mode (sender side)
 
     def stats(self) -> dict[str, int]:
@@ -176,51 +242,24 @@ class AQSGD(Compressor):
     @property
     def buffer_dir(self) -> Path | None:
         """Directory holding this instance's memory-mapped buffers (None before first use)."""
-        return None if self._dir is None else Path(self._dir)
+        return self._mem.dir
 
-    def _store_for(self, row_shape: tuple[int, ...], max_id: int) -> RowStore:
-        if self._store is not None and self._store.row_shape != row_shape:
-            self.reset()  # per-sample shape changed: documented restart
-        if self._store is None:
-            if self._dir is None:
-                self._dir = tempfile.mkdtemp(prefix="mpcbench-aqsgd-", dir=cache_dir())
-                self._finalizer = weakref.finalize(self, _remove_dir, self._dir)
-            path = Path(self._dir) / f"rows-{uuid.uuid4().hex[:8]}.{self.store_dtype}"
-            self._store = RowStore(path, row_shape, _STORE_DTYPES[self.store_dtype][0])
-        self._store.ensure(max_id)
-        return self._store
+    @property
+    def _store(self) -> RowStore | None:
+        return self._mem.store
 
     def reset(self) -> None:
         """Forget every sample and delete the buffer files."""
-        if self._store is not None:
-            self._store.close()
-            self._store = None
-        if self._finalizer is not None:
-            self._finalizer()  # removes the directory now (and never again)
-            self._finalizer = None
-        self._dir = None
+        self._mem.reset()
 
     def state_nbytes(self) -> int:
-        return 0 if self._store is None else self._store.nbytes()
+        return self._mem.nbytes()
 
     # --- codec ------------------------------------------------------------------------------
     def _uses_buffer(self, info: TensorInfo) -> bool:
         if not info.training or info.sample_ids is None:
             return False
         return info.role == TensorRole.ACTIVATION or self.grads == "delta"
-
-    def _ids(self, info: TensorInfo, batch: int) -> np.ndarray:
-        ids = info.sample_ids
-        assert ids is not None
-        if ids.dim() != 1 or ids.numel() != batch:
-            raise CompressorError(
-                f"aqsgd: info.sample_ids has shape {tuple(ids.shape)} but the {info.role.value} at boundary "
-                f"{info.boundary} has batch size {batch}; expected one id per sample"
-            )
-        out = ids.detach().cpu().numpy().astype(np.int64, copy=False)
-        if out.size and out.min() < 0:
-            raise CompressorError(f"aqsgd: negative sample id {int(out.min())} at boundary {info.boundary}")
-        return out
 
     def _qinfo(self, info: TensorInfo, rows: int) -> TensorInfo:
         return dataclasses.replace(info, shape=torch.Size((rows, *info.shape[1:])), dtype=torch.float32)
@@ -251,8 +290,8 @@ class AQSGD(Compressor):
             modes = torch.full((1,), _DIRECT, dtype=torch.uint8, device=x.device)  # one byte says "direct"
             q = self.quant.compress(x.float(), self._qinfo(info, b))
             return (modes, x[:0].contiguous(), *q)
-        ids = self._ids(info, b)
-        store = self._store_for(tuple(x.shape[1:]), int(ids.max()) if ids.size else 0)
+        ids = SampleMemory.ids(info, b, "aqsgd")
+        store = self._mem.store_for(tuple(x.shape[1:]), int(ids.max()) if ids.size else 0)
         first = ~store.seen[ids]  # (B,) numpy bool
         first_t = torch.from_numpy(first).to(x.device)
         later_ids = ids[~first]
@@ -284,8 +323,8 @@ class AQSGD(Compressor):
             )
         if direct:
             return self.quant.decompress(tuple(q), self._qinfo(info, b)).to(info.dtype)
-        ids = self._ids(info, b)
-        store = self._store_for(tuple(info.shape[1:]), int(ids.max()) if ids.size else 0)
+        ids = SampleMemory.ids(info, b, "aqsgd")
+        store = self._mem.store_for(tuple(info.shape[1:]), int(ids.max()) if ids.size else 0)
         first = mode_np == _FIRST
         if not np.array_equal(first, ~store.seen[ids]):
             raise CompressorError(

@@ -65,25 +65,21 @@ runtime's average equals ``g + mean_j D(c_j)``, EF21's master update; the sum of
 from __future__ import annotations
 
 import copy
-import tempfile
-import uuid
-import weakref
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
 from ..api import Compressor, CompressorError, Payload, TensorInfo, TensorRole
 from ..registry import check_choice, register
 from ._common import require_finite
-from .aqsgd import RowStore, cache_dir
+from .aqsgd import SampleMemory
 
 __all__ = ["ErrorFeedback", "EF21", "MEMORIES", "SampleMemory"]
 
 MEMORIES = ("auto", "sample", "microbatch")
+_HINT = " (or use memory=microbatch)"
 
 
 class _Wrapper(Compressor):
@@ -150,72 +146,6 @@ class _Wrapper(Compressor):
         raise NotImplementedError
 
 
-class SampleMemory:
-    """fp32 rows keyed by sample id (one per training sample), in a sparse memory-mapped
-    file under ``aqsgd.cache_dir()`` that is deleted on ``reset()`` or garbage collection."""
-
-    def __init__(self) -> None:
-        self._dir: str | None = None
-        self._finalizer: weakref.finalize | None = None
-        self._store: RowStore | None = None
-
-    def _for(self, row_shape: tuple[int, ...], max_id: int) -> RowStore:
-        if self._store is not None and self._store.row_shape != row_shape:
-            self.reset()  # per-sample shape changed: every sample starts from zero again
-        if self._store is None:
-            if self._dir is None:
-                self._dir = tempfile.mkdtemp(prefix="mpcbench-ef-", dir=cache_dir())
-                self._finalizer = weakref.finalize(self, _remove_dir, self._dir)
-            path = Path(self._dir) / f"rows-{uuid.uuid4().hex[:8]}.fp32"
-            self._store = RowStore(path, row_shape, np.float32)
-        self._store.ensure(max_id)
-        return self._store
-
-    @staticmethod
-    def ids(info: TensorInfo, batch: int, owner: str) -> np.ndarray:
-        """``info.sample_ids`` as (B,) int64 numpy, checked against the batch size."""
-        ids = info.sample_ids
-        assert ids is not None
-        if ids.dim() != 1 or ids.numel() != batch:
-            raise CompressorError(
-                f"{owner}: info.sample_ids has shape {tuple(ids.shape)} but the {info.role.value} at boundary "
-                f"{info.boundary} has batch size {batch}; expected one id per sample (or use memory=microbatch)"
-            )
-        out = ids.detach().cpu().numpy().astype(np.int64, copy=False)
-        if out.size and out.min() < 0:
-            raise CompressorError(f"{owner}: negative sample id {int(out.min())} at boundary {info.boundary}")
-        return out
-
-    def read(self, ids: np.ndarray, like: Tensor) -> Tensor:
-        """(B, *like.shape[1:]) fp32 rows of ``ids`` on ``like``'s device (zeros for unseen ids)."""
-        store = self._for(tuple(like.shape[1:]), int(ids.max()) if ids.size else 0)
-        rows = torch.from_numpy(store.read(ids)) if ids.size else torch.zeros(0, store.row_numel)
-        return rows.to(device=like.device, dtype=torch.float32).reshape(like.shape)
-
-    def write(self, ids: np.ndarray, rows: Tensor) -> None:
-        if ids.size:
-            store = self._for(tuple(rows.shape[1:]), int(ids.max()))
-            store.write(ids, rows.detach().float().reshape(ids.size, -1).cpu().numpy())
-
-    def nbytes(self) -> int:
-        return 0 if self._store is None else self._store.nbytes()
-
-    def reset(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
-        if self._finalizer is not None:
-            self._finalizer()
-            self._finalizer = None
-        self._dir = None
-
-
-def _remove_dir(path: str) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
-
-
 @dataclass
 class _Residual:
     e: Tensor  # fp32, shape of x
@@ -264,7 +194,7 @@ class ErrorFeedback(_Wrapper):
         if not info.training:
             return self.inner.compress(x, info)
         if self._per_sample(info):
-            ids = SampleMemory.ids(info, x.shape[0], self._label())
+            ids = SampleMemory.ids(info, x.shape[0], self._label(), _HINT)
             y = x.float() + self._rows.read(ids, x)  # (B, ...) fp32: unseen samples add zeros
         else:
             e = self._residual(x, info)
@@ -387,7 +317,7 @@ class EF21(_Wrapper):
         if not info.training:
             return self.inner.compress(x, info)
         if self._per_sample(info):
-            ids = SampleMemory.ids(info, x.shape[0], self._label())
+            ids = SampleMemory.ids(info, x.shape[0], self._label(), _HINT)
             g = self._rows.read(ids, x)  # (B, ...) fp32, zeros on a first visit
             payload = self.inner.compress((x.float() - g).to(x.dtype), info)
             decoded = self._mirror.decompress(tuple(t.detach() for t in payload), info)
@@ -404,7 +334,7 @@ class EF21(_Wrapper):
         if not info.training:
             return decoded.to(info.dtype)
         if self._per_sample(info):
-            ids = SampleMemory.ids(info, decoded.shape[0], self._label())
+            ids = SampleMemory.ids(info, decoded.shape[0], self._label(), _HINT)
             out = self._rows_received.read(ids, decoded) + decoded
             self._rows_received.write(ids, out)
             return out.to(info.dtype)
