@@ -20,6 +20,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from leaderboard.networks import network_profiles
+from suite.results.records import DIRECTIONS  # the record schema's byte directions
 
 __all__ = [
     "BASELINE",
@@ -33,7 +34,6 @@ __all__ = [
 ]
 
 BASELINE = "none"  # the uncompressed compressor every delta is measured against
-DIRECTIONS = ("forward", "backward", "dp")
 BYTE_DIRECTIONS = DIRECTIONS + ("total",)
 # the maintainers' baseline entry (records/mpcbench-baselines): the one third-party-free
 # fallback baseline; an entry.yaml may also say ``maintainers: true`` once the loader allows it
