@@ -12,7 +12,8 @@
 #   RESULTS=path.jsonl  results store (default results/quick-baselines.jsonl); when done,
 #   copy it into records/mpcbench-baselines/ with the machine it ran on (mpcbench validate first).
 #   PARALLEL is not offered: run one cell at a time, with one torch thread, on a shared CPU.
-# Cost (docs/tasks.md, "Calibrated quick tier"): about 90 cells; measure the one-cell times there.
+# Cost: about 85 cells, an estimate from the quick list and the one-cell CPU times measured in
+# docs/tasks.md ("The calibrated quick tier"); this script was not timed end to end.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

@@ -266,9 +266,6 @@ def source_hash(spec: str) -> str:
     return h.hexdigest()[:16]
 
 
-_names_in = spec_names  # the name older code imports
-
-
 def _params(cls: type[Compressor]) -> dict[str, inspect.Parameter]:
     return {
         n: p
