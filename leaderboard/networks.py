@@ -131,7 +131,7 @@ def remodel(frame: pd.DataFrame, link: Link) -> pd.DataFrame:
     stored ``timing_inputs`` and ``reached_target_step`` (NaN: not reached, or no inputs)."""
     ttt, total = [], []
     # only rows the statistics count: a superseded or failed record is never re-modeled (each
-    # distinct record costs one schedule simulation per distinct step load, ~20-90 ms on 2 cores)
+    # distinct record costs one schedule simulation per distinct step load: docs/leaderboard.md)
     live = (frame["status"] == "ok") & frame["latest"] if {"status", "latest"} <= set(frame) else [True] * len(frame)
     for timing, reached, use in zip(frame["timing_inputs"], frame["reached_target_step"], live):
         counts, times = _step_times(timing, link) if timing and use else ((), ())
