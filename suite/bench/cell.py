@@ -33,7 +33,6 @@ import tempfile
 import threading
 import time
 import traceback
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,7 @@ from suite.pipeline.config import CellConfig
 from suite.pipeline.result import RunResult
 
 from .matrix import PlannedCell
-from .record_builder import ResultError, build_record, check_result, failed_record
+from .record_builder import ResultError, _now, build_record, check_result, failed_record
 
 __all__ = ["run_cell", "execute", "interpret", "child_entry", "DEFAULT_RUNTIME", "log_path_for", "one_line"]
 
@@ -242,10 +241,6 @@ def interpret(
         return build_record(config, result, prov, wall_s=wall, log=log_ref)
     except Exception as e:  # noqa: BLE001 - e.g. a value the schema rejects
         return fail(f"invalid result: {one_line(e)}")
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 # --------------------------------------------------------------------------- the child

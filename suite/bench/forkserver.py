@@ -38,6 +38,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from suite.pipeline.netns import _owner_alive as _alive
+
 __all__ = ["ForkServer", "Child", "PRELOAD", "get_server", "shutdown", "fork_unsafe_reason"]
 
 # imported once by the server; a module that fails to import is skipped (its cells will say why).
@@ -209,16 +211,6 @@ def _kill_children(children: set[int]) -> None:
     for pid in children:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _watch_runner(runner: int) -> None:
