@@ -251,12 +251,6 @@ class EmulatedHosts:
         self.made_ns.clear()
         self.made_links.clear()
 
-    def counters(self, i: int) -> tuple[int, int]:
-        """(tx_bytes, rx_bytes) of node ``i``'s interface, read by the kernel in its namespace."""
-        data = json.loads(_ip("-n", self.namespace(i), "-s", "-j", "link", "show", "dev", self.iface(i)))
-        stats = data[0]["stats64"]
-        return int(stats["tx"]["bytes"]), int(stats["rx"]["bytes"])
-
 
 def existing() -> list[str]:
     """Namespaces and links with this module's prefix (for tests: nothing may be left behind)."""
