@@ -89,10 +89,6 @@ class NetworkProfile:
         """Seconds the link is busy putting ``nbytes`` on the wire."""
         return 0.0 if self.bandwidth_bps == math.inf else 8.0 * nbytes / self.bandwidth_bps
 
-    def transfer_s(self, nbytes: float, messages: float = 1.0) -> float:
-        """Seconds to move ``nbytes`` in ``messages`` back-to-back messages over an idle link."""
-        return messages * self.latency_s + self.serialize_s(nbytes)
-
 
 # Latencies are typical one-way figures for the kind of link each bandwidth stands for.
 PROFILES: dict[str, NetworkProfile] = {
