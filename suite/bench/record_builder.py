@@ -16,7 +16,7 @@ from typing import Any
 
 from suite.pipeline.config import CellConfig
 from suite.pipeline.result import RunResult
-from suite.results.records import SCHEMA, validate_record
+from suite.results.records import DIRECTIONS, SCHEMA, validate_record
 
 __all__ = ["build_record", "failed_record", "compression_ratios", "expansion_warnings", "check_result", "ResultError"]
 
@@ -62,7 +62,7 @@ def compression_ratios(result: RunResult) -> dict[str, float | None]:
     """raw / wire bytes per direction and in total. None for a direction that sent nothing."""
     out: dict[str, float | None] = {}
     raw_total = wire_total = 0
-    for direction in ("forward", "backward", "dp"):
+    for direction in DIRECTIONS:
         c = result.bytes.get(direction)
         if c is None or c.wire == 0:
             out[direction] = None
@@ -82,7 +82,7 @@ def expansion_warnings(config: CellConfig, result: RunResult) -> list[str]:
     uncompressed ``none`` path is exempt: its wire bytes are raw plus message headers.
     """
     out = []
-    for direction in ("forward", "backward", "dp"):
+    for direction in DIRECTIONS:
         c = result.bytes.get(direction)
         specs = {config.plan.spec_for(direction, b) for b in range(max(1, result.n_stages - 1))}
         specs |= {s for _, d, s in config.plan.per_boundary if d == direction}
