@@ -17,6 +17,7 @@ def restore_registry():
     """Plugins a test imports register compressors: unregister them afterwards."""
     from compressors import registry
 
+    registry.discover()  # save the full registry: built-ins register once, at their first import
     saved = dict(registry._REGISTRY)
     yield
     registry._REGISTRY.clear()
