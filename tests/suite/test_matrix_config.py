@@ -72,9 +72,9 @@ def test_every_builtin_compressor_is_in_every_default_tier(shipped, name):
 
 
 def _names(spec: str) -> set[str]:
-    from compressors.registry import _names_in, parse_spec
+    from compressors.registry import parse_spec, spec_names
 
-    return _names_in(parse_spec(spec))
+    return spec_names(parse_spec(spec))
 
 
 def test_quick_uses_default_settings(shipped):
