@@ -46,8 +46,6 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from suite.pipeline.schedules import gpipe, one_f_one_b
-
 __all__ = [
     "NetworkProfile",
     "PROFILES",
@@ -532,7 +530,7 @@ def _from_v1(d: Mapping[str, Any]) -> TimingInputs:
     compute 1:2 between forward and backward (a backward costs about two forwards) and
     compression half before / half after, and assume 1F1B (the default schedule) unless
     ``extra['schedule']`` says otherwise."""
-    from_name = {"gpipe": gpipe, "1f1b": one_f_one_b}  # the runtime's generators (pure Python)
+    from_name = {"gpipe": _gpipe, "1f1b": _one_f_one_b}
     S, M = len(d["stages"]), d["microbatches"]
     name = d.get("extra", {}).get("schedule", "1f1b")
     stages = []
@@ -541,7 +539,7 @@ def _from_v1(d: Mapping[str, Any]) -> TimingInputs:
         a = {"F": ActionCost(z / 4, c / 3, z / 4), "B": ActionCost(z / 4, 2 * c / 3, z / 4)}
         stages.append(StageCost(a, s.get("optimizer_s", 0.0)))
     return TimingInputs(
-        schedule=[[repr(a) for a in acts] for acts in from_name.get(name, one_f_one_b)(S, M)],
+        schedule=from_name.get(name, _one_f_one_b)(S, M),
         stages=stages,
         steps=[_step_load(s) for s in d["steps"]],
         microbatches=M,
@@ -550,6 +548,21 @@ def _from_v1(d: Mapping[str, Any]) -> TimingInputs:
         counts=list(d.get("counts", [])),
         extra={**d.get("extra", {}), "converted_from_v1": True},
     )
+
+
+def _gpipe(S: int, M: int) -> list[list[str]]:
+    return [[f"{s}F{m}" for m in range(M)] + [f"{s}B{m}" for m in range(M)] for s in range(S)]
+
+
+def _one_f_one_b(S: int, M: int) -> list[list[str]]:
+    out = []
+    for s in range(S):
+        w = min(S - s - 1, M)
+        acts = [f"{s}F{m}" for m in range(w)]
+        for f in range(w, M):
+            acts += [f"{s}F{f}", f"{s}B{f - w}"]
+        out.append(acts + [f"{s}B{m}" for m in range(M - w, M)])
+    return out
 
 
 def _mean_load(loads: list[StepLoad]) -> StepLoad:
