@@ -108,6 +108,17 @@ def test_read_floor(benchmark, floor_case: Case):
     _record(benchmark, floor_case, seconds, compressor="(read floor: x.sum())", spec="x.sum()", phase="floor")
 
 
+@pytest.mark.parametrize("wire", ["float16", "bfloat16"])
+def test_plain_cast_anchor(benchmark, floor_case: Case, wire: str):
+    """The anchor of fp16/bf16: a plain cast there and back, no checks (issue 13: the built-ins'
+    round trip should stay within one extra pass of this)."""
+    x = _input(floor_case)
+    dtype = getattr(torch, wire)
+    benchmark.group = floor_case.label
+    seconds = bench(benchmark, lambda: x.to(dtype).to(x.dtype), x.device)
+    _record(benchmark, floor_case, seconds, compressor=f"(plain cast: {wire})", spec=f"x.to({wire})", phase="anchor")
+
+
 def test_compressor(benchmark, speed_case):
     case, name, spec, phase = speed_case
     device = torch.device(case.device)

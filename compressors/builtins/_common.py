@@ -17,6 +17,7 @@ __all__ = [
     "matrix_shape",
     "require_finite",
     "finite_summary",
+    "DeferredCheck",
 ]
 
 _M32 = 0xFFFFFFFF
@@ -192,3 +193,47 @@ def require_finite(x: Tensor, info: TensorInfo, name: str, summary: Tensor | Non
     if bool(torch.isfinite(summary).all()):
         return
     check_finite(x, info, name)
+
+
+class DeferredCheck:
+    """A finiteness check that costs no host synchronization on an accelerator.
+
+    :meth:`check` takes a small device tensor ``summary`` (a reduction the compressor made of
+    its *output*, non-finite iff the output is). On CPU it is read at once (no sync exists
+    there). On CUDA it is copied without blocking into pinned host memory with an event, and
+    read at the next :meth:`check` (or :meth:`flush`) of the same instance, by when the event
+    has long completed: a NaN/Inf payload is then refused one call late, naming the call that
+    produced it, and the training step that consumed it already had a non-finite loss (which
+    the trainer refuses on its own). ``message(info)`` builds the error text.
+    """
+
+    def __init__(self) -> None:
+        self._pending: tuple[Tensor, object, TensorInfo, object] | None = None
+
+    def check(self, summary: Tensor, info: TensorInfo, message) -> None:
+        self.flush()
+        if summary.device.type != "cuda":
+            if not bool(torch.isfinite(summary).all()):
+                raise _error(message(info))
+            return
+        flag = (~torch.isfinite(summary)).any().reshape(1)
+        host = torch.empty(1, dtype=torch.bool, pin_memory=True)
+        host.copy_(flag, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self._pending = (host, event, info, message)
+
+    def flush(self) -> None:
+        """Read the pending CUDA flag (waits for its event) and raise if it was set."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            host, event, info, message = pending
+            event.synchronize()
+            if bool(host[0]):
+                raise _error(message(info))
+
+
+def _error(text: str) -> Exception:
+    from ..api import CompressorError
+
+    return CompressorError(text)

@@ -9,14 +9,12 @@ Learning") with a per-tensor amax scale, as in Transformer Engine's delayed scal
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
-from ..api import Compressor, CompressorError, Payload, TensorInfo, check_finite
+from ..api import Compressor, CompressorError, Payload, TensorInfo
 from ..registry import register
-from ._common import require_finite
+from ._common import DeferredCheck, require_finite
 from ._fast import fp8_decode
 
 __all__ = ["FP16", "BF16", "FP8"]
@@ -25,36 +23,51 @@ _E4M3_MAX = 448.0
 
 
 class _Cast(Compressor):
+    """A cast to ``wire_dtype`` that refuses NaN/Inf (and, for fp16, overflow) without a host
+    sync: the check reads the 2-byte *output* once (an input beyond the wire type's range has
+    become Inf there): on CPU a sum (settled exactly when it is not finite), on CUDA ``aminmax``
+    whose flag is read at the next call (:class:`DeferredCheck`). One extra pass over half the
+    input's bytes; measured on CPU (8x512x512 fp32, one thread): the fp16 round trip 0.37 ms
+    vs 0.25 ms for a plain cast there and back."""
+
     fixed_size = True  # payload layout follows from the input shape (one message per payload)
     wire_dtype: torch.dtype
 
+    def __init__(self) -> None:
+        self._check = DeferredCheck()
+
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:
-        require_finite(x, info, self.name)  # one read (a sum), not isfinite's four passes
-        return (x.detach().to(self.wire_dtype).contiguous(),)
+        out = x.detach().to(self.wire_dtype).contiguous()
+        if out.numel():
+            if out.device.type == "cpu":
+                # the cheapest pass on CPU; a 2-byte sum of finite values may itself overflow,
+                # so a non-finite sum is settled by the exact check (CPU has no sync to save)
+                if not bool(torch.isfinite(out.sum())) and not bool(torch.isfinite(out).all()):
+                    raise CompressorError(self._message(info))
+            else:  # aminmax never overflows: non-finite iff some value is, read without a sync
+                self._check.check(torch.stack(torch.aminmax(out)), info, self._message)
+        return (out,)
+
+    def _message(self, info: TensorInfo) -> str:
+        return (
+            f"{self.name}: input {info.role.value} at boundary {info.boundary} step {info.step} has NaN/Inf "
+            f"values, or values beyond {self.name}'s range ({torch.finfo(self.wire_dtype).max:g}); "
+            "refusing to send a non-finite payload (for large values use bf16 or fp8)"
+        )
 
     def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:
         return payload[0].to(info.dtype)
+
+    def reset(self) -> None:
+        self._check = DeferredCheck()
 
 
 @register("fp16")
 class FP16(_Cast):
     """Cast to IEEE half precision (2 bytes per value). Values beyond 65504 overflow to Inf,
-    so the input is checked for range and a clear error is raised instead."""
+    which the output check refuses with a clear error (use bf16 or fp8 for such tensors)."""
 
     wire_dtype = torch.float16
-
-    def compress(self, x: Tensor, info: TensorInfo) -> Payload:
-        x = x.detach()
-        if x.numel():
-            # one pass gives both checks: min/max are non-finite iff x is, max |x| = max(hi, -lo)
-            lo, hi = (float(v) for v in torch.stack(torch.aminmax(x)).float().tolist())
-            if not (math.isfinite(lo) and math.isfinite(hi)):
-                check_finite(x, info, self.name)
-            if max(hi, -lo) > 65504.0:
-                raise CompressorError(
-                    f"fp16: |x| exceeds 65504 at {info.role.value} boundary {info.boundary}; use bf16 or fp8"
-                )
-        return (x.to(torch.float16).contiguous(),)
 
 
 @register("bf16")
