@@ -40,6 +40,7 @@ from suite import settings
 from suite.pipeline.config import CellConfig
 from suite.pipeline.result import RunResult
 
+from .forkserver import cell_environment
 from .matrix import PlannedCell
 from .record_builder import ResultError, _now, build_record, check_result, failed_record
 
@@ -161,10 +162,7 @@ def run_cell(
         cfg_file = Path(tmp) / "config.json"
         out_file = Path(tmp) / "result.json"
         cfg_file.write_text(json.dumps(config.to_dict()))
-        env = dict(os.environ)
-        env["PYTHONUNBUFFERED"] = "1"
-        # the child runs this checkout's code, whatever is installed
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+        env = cell_environment()
         argv = ["suite.bench.cell", "--config", str(cfg_file), "--out", str(out_file), "--runtime", runtime]
         t0 = time.perf_counter()
         with open(log, "a", encoding="utf-8") as logf:

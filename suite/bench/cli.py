@@ -154,6 +154,10 @@ def _selection(args: argparse.Namespace):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if not args.dry_run:  # the fork server imports torch beside the planning below (issue 13: start-up)
+        from .forkserver import prestart
+
+        prestart(tuple(args.task or ()))
     from .matrix import MatrixError, missing_device, plan_cells
     from .plugins import refuse_unimportable
     from .runner import cell_state, run_cells

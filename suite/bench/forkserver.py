@@ -40,7 +40,19 @@ from typing import Any, Callable
 
 from suite.pipeline.netns import _owner_alive as _alive
 
-__all__ = ["ForkServer", "Child", "PRELOAD", "get_server", "shutdown", "fork_unsafe_reason"]
+__all__ = [
+    "ForkServer",
+    "Child",
+    "PRELOAD",
+    "get_server",
+    "prestart",
+    "shutdown",
+    "fork_unsafe_reason",
+    "cell_environment",
+    "REPO_ROOT",
+]
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # imported once by the server; a module that fails to import is skipped (its cells will say why).
 # A request can name more (the cell's task module, e.g. tasks.sst2 -> transformers): imported
@@ -78,10 +90,10 @@ class Child:
 class ForkServer:
     """Runner-side handle of one fork server process (thread-safe)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], preload: tuple[str, ...] = ()) -> None:
         self.env = dict(env)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "suite.bench.forkserver", str(os.getpid())],
+            [sys.executable, "-m", "suite.bench.forkserver", str(os.getpid()), *preload],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -180,17 +192,54 @@ def _env_key(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in _VOLATILE_ENV}
 
 
-def get_server(env: dict[str, str]) -> ForkServer:
+def cell_environment() -> dict[str, str]:
+    """The environment a cell process gets: the runner's, unbuffered, with this checkout
+    first on ``PYTHONPATH`` (the child runs this checkout's code, whatever is installed)."""
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([REPO_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])])
+    return env
+
+
+def get_server(env: dict[str, str], preload: tuple[str, ...] = ()) -> ForkServer:
     """The runner's fork server for this environment (restarted if the environment changed,
-    since libraries read some variables, e.g. OMP_NUM_THREADS or HF_HUB_OFFLINE, at import)."""
+    since libraries read some variables, e.g. OMP_NUM_THREADS or HF_HUB_OFFLINE, at import).
+    ``preload``: modules a new server imports before it reports ready (built-ins only)."""
     global _SERVER
     with _SERVER_LOCK:
         if _SERVER is not None and (not _SERVER.alive or _env_key(_SERVER.env) != _env_key(env)):
             _SERVER.close()
             _SERVER = None
         if _SERVER is None:
-            _SERVER = ForkServer(env)
+            _SERVER = ForkServer(env, preload)
         return _SERVER
+
+
+def prestart(tasks: tuple[str, ...] = ()) -> threading.Thread | None:
+    """Start the fork server now, in the background, for the cells' environment.
+
+    Called by ``mpcbench run`` before it imports torch to plan the matrix: the server's torch
+    import (the bulk of a cell's start-up) then runs beside the planning instead of after it,
+    and the first cell forks from a ready server. ``tasks``: built-in task names whose modules
+    the server imports as well (``tasks.<name>``). Returns the starting thread, or None where
+    cells are spawned (``MPCBENCH_ISOLATION=spawn``, no ``fork``). A server that fails to start
+    is left to the first cell, which falls back to spawning and says so in its log.
+    """
+    from suite import settings
+
+    if settings.isolation() == "spawn" or not hasattr(os, "fork") or sys.platform != "linux":
+        return None
+    here = os.path.join(REPO_ROOT, "tasks")
+    preload = tuple(f"tasks.{t}" for t in tasks if t.isidentifier() and os.path.exists(os.path.join(here, f"{t}.py")))
+    env = cell_environment()
+
+    def start() -> None:
+        with contextlib.suppress(ForkServerError):
+            get_server(env, preload)
+
+    thread = threading.Thread(target=start, name="mpcbench-forkserver-prestart", daemon=True)
+    thread.start()
+    return thread
 
 
 def shutdown() -> None:
@@ -270,12 +319,13 @@ def fork_unsafe_reason() -> str | None:
     return None
 
 
-def serve(runner: int) -> None:
-    """The server loop: preload, then fork one child per request until the runner goes away."""
+def serve(runner: int, extra: tuple[str, ...] = ()) -> None:
+    """The server loop: preload (``PRELOAD``, then ``extra``), then fork one child per request
+    until the runner goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # torch.cuda.is_available() through NVML: it does not initialize the CUDA driver in the server
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-    for name in PRELOAD:
+    for name in (*PRELOAD, *extra):
         with contextlib.suppress(Exception):
             importlib.import_module(name)
     from suite.bench.cell import child_entry  # the same code path a spawned cell runs
@@ -327,4 +377,4 @@ def serve(runner: int) -> None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]))
+    serve(int(sys.argv[1]), tuple(m for m in sys.argv[2:] if m.startswith("tasks.")))

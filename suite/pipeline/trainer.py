@@ -19,6 +19,7 @@ from typing import Any, Callable
 import torch
 
 from compressors.registry import private_plugin_modules
+from suite import settings
 from tasks import Batch, build_task, get_task_class
 
 from .accounting import ByteMeter
@@ -191,6 +192,8 @@ def train(
         if deadline is not None and time.perf_counter() > deadline:
             raise RunTimeout(f"run exceeded time_limit_s={cfg.time_limit_s} after {step} steps")
         t0, c0 = time.perf_counter(), time.process_time()
+        if step == 0 and settings.trace():  # start-up benchmark: when the first step begins (epoch seconds)
+            print(f"mpcbench-trace first-step {time.time():.3f}", flush=True)
         meter.step = step
         compressed = step >= cfg.compress_warmup_steps
         for h in hooks:
