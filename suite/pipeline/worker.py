@@ -152,4 +152,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The result is written and every rank passed the final barrier: leave without interpreter
+    # teardown. Destroying gloo's C++ objects (pairs, their I/O threads) during Python's exit
+    # intermittently aborted a finished rank with "terminate called without an active
+    # exception" (SIGABRT), which torchrun then reported as a failed cell.
+    os._exit(code)
