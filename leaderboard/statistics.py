@@ -28,6 +28,7 @@ import pandas as pd
 
 from leaderboard.frame import BASELINE, BYTE_DIRECTIONS, DIRECTIONS
 from leaderboard.networks import network_profiles
+from suite.results.tier_spread import load_spread
 
 __all__ = [
     "GROUP",
@@ -136,16 +137,22 @@ class SeedSpread:
     df: int | None = None  # degrees of freedom of seed_std's estimate (seeds measured - 1); None: unknown
 
 
-# Measured figures for tasks and tiers whose rows have fewer than 2 seeds (issue 18: the
-# committed quick-tier records plus 67 extra cells, 1-3 seeds each, on the 2-core CPU
-# machine). These are the previous quick tier's (512 / 256 evaluation items), which the
-# committed quick-tier records still are; the calibrated tier's figures are in
-# suite/results/tier_spread.json, not read here yet (docs/tasks.md, 'The calibrated quick tier').
-MEASURED_SPREAD: dict[tuple[str, str], SeedSpread] = {
-    ("cifar10", "quick"): SeedSpread(0.027, 512, "issue 18: none seeds 0/1/2, quick tier", df=2),
-    ("sst2", "quick"): SeedSpread(0.022, 256, "issue 18: none seeds 0/1/2, quick tier", df=2),
-    ("shakespeare", "quick"): SeedSpread(0.014, None, "issue 18: none seeds 0/1/2, quick tier (nats)", df=2),
-}
+def _measured_spread() -> dict[tuple[str, str], SeedSpread]:
+    """Measured figures for tasks and tiers whose rows have fewer than 2 seeds: the seed std
+    of the ``none`` cell over its seeds, regenerated from the baseline records by
+    ``python -m suite.results.tier_spread`` (docs/tasks.md, 'The calibrated quick tier')."""
+    return {
+        (e["task"], e["tier"]): SeedSpread(
+            float(e["seed_std"]),
+            e.get("eval_samples"),
+            f"measured: {e.get('source', '')}",
+            df=max(1, len(e.get("seeds") or {}) - 1),
+        )
+        for e in load_spread()
+    }
+
+
+MEASURED_SPREAD: dict[tuple[str, str], SeedSpread] = _measured_spread()
 
 
 def minimal_detectable_difference(

@@ -8,7 +8,7 @@ import pytest
 
 from leaderboard.frame import to_frame
 from leaderboard.rules import rank
-from leaderboard.statistics import aggregate, minimal_detectable_difference
+from leaderboard.statistics import MEASURED_SPREAD, aggregate, minimal_detectable_difference
 from leaderboard.views import display_table
 
 
@@ -51,9 +51,11 @@ def test_single_seed_rows_use_the_measured_task_spread(lb):
         r["tier"] = r["config"]["tier"] = "quick"
     agg = aggregate(to_frame(recs)).set_index("compressor")
     assert agg.loc["fp16", "significance"] == "n too small"
-    assert agg.loc["fp16", "mdd"] == pytest.approx(minimal_detectable_difference(0.027, 1, 1, df=2))
-    assert agg.loc["fp16", "mdd"] == pytest.approx((4.3027 + 0) * 0.027 * math.sqrt(2), rel=1e-3)  # t(0.975, 2)
-    assert "issue 18" in agg.loc["fp16", "mdd_source"]
+    known = MEASURED_SPREAD[("cifar10", "quick")]  # from suite/results/tier_spread.json (3 seeds: df 2)
+    assert known.df == 2 and 0 < known.seed_std < 0.1
+    assert agg.loc["fp16", "mdd"] == pytest.approx(minimal_detectable_difference(known.seed_std, 1, 1, df=2))
+    assert agg.loc["fp16", "mdd"] == pytest.approx((4.3027 + 0) * known.seed_std * math.sqrt(2), rel=1e-3)  # t(.975, 2)
+    assert agg.loc["fp16", "mdd_source"].startswith("measured: none, seeds 0")
 
 
 @pytest.mark.parametrize("df", [1, 2, 3.7, 4, 10, 58.3, 300])
