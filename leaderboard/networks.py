@@ -125,6 +125,17 @@ def cumulative_times(timing_json: str, link: Link, steps: list[float]) -> list[f
     return out
 
 
+@lru_cache(maxsize=65536)
+def _target_step(timing_json: str) -> float | None:
+    """``timing_inputs.target_step`` (fractional: interpolated between the evaluations around
+    the crossing), or None when the record has none."""
+    try:
+        v = json.loads(timing_json).get("target_step")
+    except (ValueError, AttributeError, RecursionError):
+        return None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 else None
+
+
 def remodel(frame: pd.DataFrame, link: Link) -> pd.DataFrame:
     """``frame`` (one row per record, :func:`leaderboard.frame.to_frame`) with
     ``time_to_target_s@<link.name>`` and ``total_s@<link.name>`` computed from each record's
@@ -140,7 +151,10 @@ def remodel(frame: pd.DataFrame, link: Link) -> pd.DataFrame:
             total.append(math.nan)
             continue
         total.append(float(sum(c * t for c, t in zip(counts, times))))
-        ttt.append(cumulative_times(timing, link, [reached])[0] if reached == reached else math.nan)
+        # the interpolated step at which the run met its target (issue 13), else the evaluation step
+        at = _target_step(timing)
+        at = reached if at is None else at
+        ttt.append(cumulative_times(timing, link, [at])[0] if at == at and reached == reached else math.nan)
     out = frame.copy()
     out[f"time_to_target_s@{link.name}"] = np.asarray(ttt, dtype=float)
     out[f"total_s@{link.name}"] = np.asarray(total, dtype=float)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -93,3 +94,18 @@ def test_compressors_are_shown_with_their_parameters(lb):
     agg = aggregate(to_frame([r, lb.make_record("cifar10", "none", 0)]))
     table = display_table(rank(agg, "pareto"))
     assert "quant(bits=4, scale=row)" in set(table.compressor) and "none" in set(table.compressor)
+
+
+def test_custom_link_time_to_target_uses_the_interpolated_target_step(lb):
+    from leaderboard.networks import Link, cumulative_times, remodel
+
+    rec = lb.make_record("cifar10", "none", 0)
+    reached = rec["reached_target_step"]
+    link = Link(3e8, 2e-3)
+    timing = json.dumps(rec["timing_inputs"])
+    rounded = remodel(to_frame([rec]), link)[f"time_to_target_s@{link.name}"].iloc[0]
+    assert rounded == pytest.approx(cumulative_times(timing, link, [reached])[0])  # no target_step: the evaluation
+    rec["timing_inputs"]["target_step"] = reached - 10.5
+    inter = remodel(to_frame([rec]), link)[f"time_to_target_s@{link.name}"].iloc[0]
+    assert inter == pytest.approx(cumulative_times(json.dumps(rec["timing_inputs"]), link, [reached - 10.5])[0])
+    assert inter < rounded
