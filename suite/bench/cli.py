@@ -419,6 +419,29 @@ def _linked_records(frame) -> list[dict[str, Any]]:
     return out
 
 
+def _mdd_line(task: str, tier: str, g: Any) -> str:
+    """The minimal detectable difference of a task and tier (issue 18): per row from the row's and
+    its baseline's seeds, and for 3 vs 3 seeds at the task's measured seed std."""
+    from leaderboard.statistics import MEASURED_SPREAD, minimal_detectable_difference
+
+    parts = []
+    rows = g["mdd"].dropna() if "mdd" in g else []
+    if len(rows):
+        lo, hi = float(rows.min()), float(rows.max())
+        parts.append(f"{lo:.3g}" + (f"-{hi:.3g}" if hi > lo else "") + " for these rows")
+    known = MEASURED_SPREAD.get((task, tier))
+    if known is not None:
+        mdd3 = minimal_detectable_difference(known.seed_std, 3, 3)
+        parts.append(f"{mdd3:.3g} for 3 vs 3 seeds at the measured seed std {known.seed_std:.3g}")
+    if not parts:
+        return "minimal detectable difference: unknown (fewer than 2 seeds and no measured spread for this tier)"
+    return (
+        "minimal detectable difference (two-sided t-test, alpha 0.05, power 0.5): "
+        + "; ".join(parts)
+        + "; smaller differences are not resolved"
+    )
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -474,6 +497,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                 )
             )
             print(plain(_question(rule.name, g, targets.get((task, tier)), network, args.min_ratio)))
+            print(plain(_mdd_line(task, tier, g)))
             if args.format == "text":
                 table = _terminal(table)  # record text: no control characters reach the terminal
             if not args.wide and args.format == "text":
