@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -497,7 +498,8 @@ def cmd_report(args: argparse.Namespace) -> int:
                 )
             )
             print(plain(_question(rule.name, g, targets.get((task, tier)), network, args.min_ratio)))
-            print(plain(_mdd_line(task, tier, g)))
+            mdd = plain(_mdd_line(task, tier, g))
+            print(mdd if args.wide else "\n".join(textwrap.wrap(mdd, REPORT_WIDTH, subsequent_indent="  ")))
             if args.format == "text":
                 table = _terminal(table)  # record text: no control characters reach the terminal
             if not args.wide and args.format == "text":
@@ -519,7 +521,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"\n{len(failed)} failed cell(s) (latest record per cell):")
         for r in failed.itertuples(index=False):
             print(plain(f"  {r.status}: {r.cell_id}: {r.error}"))
-    import textwrap
 
     print()
     print(

@@ -17,7 +17,10 @@ def test_report_prints_the_mdd_per_task_from_seeds_and_from_the_measured_spread(
             recs.append(r)
     store = lb.write_jsonl(tmp_path / "store.jsonl", recs)
     assert main(["report", "--results", str(store), "--rule", "quality_at_ratio"]) == 0
-    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("minimal detectable difference")]
+    raw = capsys.readouterr().out
+    assert all(len(l) <= 120 for l in raw.splitlines())
+    out = raw.replace("\n  ", " ")  # wrapped at the report's width
+    lines = [l for l in out.splitlines() if l.startswith("minimal detectable difference")]
     assert len(lines) == 1, lines
     known = MEASURED_SPREAD[("cifar10", "quick")]
     expected = minimal_detectable_difference(known.seed_std, 3, 3)
