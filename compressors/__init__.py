@@ -4,7 +4,7 @@ Write a plugin by subclassing :class:`Compressor` and decorating it with
 ``@register("name")``; see ``docs/writing-a-compressor.md``.
 """
 
-from .api import Compressor, CompressorError, Payload, TensorInfo, TensorRole, check_finite, payload_nbytes
+from .api import Compressor, CompressorError, Payload, TensorInfo, TensorRole, chain, check_finite, payload_nbytes
 from .registry import (
     ENTRY_POINT_GROUP,
     available,
@@ -28,6 +28,7 @@ __all__ = [
     "Payload",
     "TensorInfo",
     "TensorRole",
+    "chain",
     "check_finite",
     "payload_nbytes",
     "ENTRY_POINT_GROUP",

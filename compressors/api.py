@@ -27,15 +27,21 @@ __all__ = [
     "TensorRole",
     "TensorInfo",
     "Payload",
+    "AllReduce",
     "Compressor",
     "CompressorError",
     "payload_nbytes",
+    "chain",
     "check_finite",
     "did_you_mean",
 ]
 
 Payload = tuple[Tensor, ...]
 """What crosses the wire: a tuple of tensors. Only tensors; shapes may depend on data."""
+
+AllReduce = Callable[..., "Tensor | torch.futures.Future[Tensor]"]
+"""``all_reduce(t, async_op=False)``: the runtime's counted in-place sum over replicas
+(see :meth:`Compressor.reduce`)."""
 
 
 class CompressorError(ValueError):
@@ -70,6 +76,12 @@ class TensorInfo:
             every stage. Subspace projection uses it for the fixed token-embedding term.
         training: False during evaluation passes (stateful compressors should not update
             their state then).
+        segments: weight gradients only: the shapes of the parameters' gradients laid out
+            one after another in the flat bucket (in order, no gaps; their sizes sum to
+            ``numel``), e.g. ``(Size([16, 3, 3, 3]), Size([16]))`` for a conv weight and its
+            bias. None when the structure is unknown (a plain tensor).
+        replicas: weight gradients only: how many replicas the ``all_reduce`` handed to
+            :meth:`Compressor.reduce` sums over (so the mean costs no traffic). None when unknown.
     """
 
     role: TensorRole
@@ -83,6 +95,8 @@ class TensorInfo:
     seed: int = 0
     batch_input: Tensor | None = None
     training: bool = True
+    segments: tuple[torch.Size, ...] | None = None
+    replicas: int | None = None
 
     @property
     def numel(self) -> int:
@@ -98,6 +112,40 @@ class TensorInfo:
         g = torch.Generator(device="cpu")
         g.manual_seed((self.seed * 1_000_003 + salt) % (2**63 - 1))
         return g
+
+
+def chain(fut: torch.futures.Future, fn: Callable[[Any], Any]) -> torch.futures.Future:
+    """A Future of ``fn(fut's value)``, run when ``fut`` completes (inline if it already has).
+
+    ``fn`` may return a value or a Future (then the result waits for that one too), so
+    multi-round reductions chain without blocking a thread: ``chain(all_reduce(p,
+    async_op=True), lambda p: all_reduce(q_from(p), async_op=True))``. An exception in
+    ``fut`` or in ``fn`` completes the result with that same exception (``then`` would wrap
+    it in a RuntimeError).
+    """
+    out: torch.futures.Future = torch.futures.Future()
+
+    def settle(f: torch.futures.Future) -> None:
+        try:
+            value = f.value()
+        except BaseException as e:  # noqa: BLE001 (handed on to whoever waits)
+            out.set_exception(e)
+            return
+        out.set_result(value)
+
+    def step(f: torch.futures.Future) -> None:
+        try:
+            r = fn(f.value())
+        except BaseException as e:  # noqa: BLE001
+            out.set_exception(e)
+            return
+        if isinstance(r, torch.futures.Future):
+            r.add_done_callback(settle)
+        else:
+            out.set_result(r)
+
+    fut.add_done_callback(step)
+    return out
 
 
 def payload_nbytes(payload: Payload) -> int:
@@ -179,13 +227,28 @@ class Compressor:
     def bind(self, features: Mapping[str, Any]) -> None:
         """Receive the model features named in ``requires`` (e.g. the residual subspace)."""
 
-    def reduce(self, x: Tensor, info: TensorInfo, all_reduce: Callable[[Tensor], Tensor]) -> Tensor | None:
-        """Optional custom data-parallel reduction of one gradient bucket ``x``.
+    def reduce(
+        self, x: Tensor, info: TensorInfo, all_reduce: AllReduce
+    ) -> Tensor | torch.futures.Future[Tensor] | None:
+        """Optional custom data-parallel reduction of one gradient bucket ``x`` (1-D).
 
-        ``all_reduce(t)`` sums ``t`` over replicas (the runtime counts its bytes) and returns
-        the sum. Return the *mean* gradient, or None to use the runtime's default (all-reduce
-        of payloads when ``linear``, else all-gather of payloads, decompress each, average).
-        Multi-round schemes such as PowerSGD's (all-reduce P, then Q) implement this.
+        ``info.segments`` gives the per-parameter layout of the bucket and ``info.replicas``
+        the number of replicas (see :class:`TensorInfo`).
+
+        ``all_reduce(t)`` sums ``t`` over the replicas *in place* and returns it (the runtime
+        counts its bytes). Pass tensors you own (built for the wire), or ``x`` itself: the
+        bucket is yours to overwrite. ``all_reduce(t, async_op=True)`` launches the sum and
+        returns a :class:`torch.futures.Future` whose value is the summed ``t`` (bytes are
+        counted at launch). Chain later rounds with ``fut.then(...)`` so they overlap the rest
+        of the backward; launch collectives only from ``reduce`` itself or from callbacks of
+        your own futures (the runtime issues each bucket's collectives after the previous
+        bucket's, in the order you launch them, so every replica issues them in the same order).
+
+        Return the *mean* gradient (shape ``info.shape``, dtype ``info.dtype``; writing it into
+        ``x`` and returning ``x`` avoids a copy), a Future of it, or None to use the runtime's
+        default (all-reduce of payloads when ``linear``, else all-gather of payloads,
+        decompress each, average). Multi-round schemes such as PowerSGD's (all-reduce P,
+        then Q) implement this.
         """
         return None
 

@@ -21,6 +21,7 @@ pytest plugin (``suite.bench.pytest_plugin``); without it, every registered name
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import threading
 from dataclasses import dataclass
@@ -491,7 +492,8 @@ def test_linear_compressors_sum_payloads(case):
 
 @_only(lambda c: c.cls.reduce is not Compressor.reduce, "with a custom reduce")
 def test_custom_reduce_with_two_replicas(case):
-    """A custom ``reduce`` returns the same approximate mean on every replica (threads + barrier)."""
+    """A custom ``reduce`` returns the same approximate mean on every replica (threads + barrier;
+    a synchronous ``all_reduce``, no parameter layout; a returned Future is waited for)."""
     xs = [_randn((BUCKET_NUMEL,), seed=s) for s in (1, 2)]
     instances = [compressors.build(case.spec), compressors.build(case.spec)]
     results: list = [None, None]
@@ -511,8 +513,10 @@ def test_custom_reduce_with_two_replicas(case):
 
     def replica(rank):
         try:
-            x = xs[rank]
-            results[rank] = instances[rank].reduce(x, _info(x, TensorRole.WEIGHT_GRAD, seed=3), all_reduce_for(rank))
+            x = xs[rank].clone()  # reduce may overwrite the bucket
+            info = dataclasses.replace(_info(x, TensorRole.WEIGHT_GRAD, seed=3), replicas=2)
+            out = instances[rank].reduce(x, info, all_reduce_for(rank))
+            results[rank] = out.wait() if isinstance(out, torch.futures.Future) else out
         except BaseException as e:  # noqa: BLE001 - surfaced below
             errors.append(e)
 

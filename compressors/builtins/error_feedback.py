@@ -66,12 +66,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 from torch import Tensor, nn
+from torch.futures import Future
 
-from ..api import Compressor, CompressorError, Payload, TensorInfo, TensorRole
+from ..api import AllReduce, Compressor, CompressorError, Payload, TensorInfo, TensorRole, chain
 from ..registry import check_choice, register
 from ._common import require_finite
 from .aqsgd import SampleMemory
@@ -219,17 +220,24 @@ def _has_reduce(c: Compressor) -> bool:
 class _ErrorFeedbackReduce(ErrorFeedback):
     """``ef`` around a compressor with a custom data-parallel ``reduce`` (built by ``ef(...)``)."""
 
-    def reduce(self, x: Tensor, info: TensorInfo, all_reduce: Callable[[Tensor], Tensor]) -> Tensor | None:
+    def reduce(self, x: Tensor, info: TensorInfo, all_reduce: AllReduce) -> Tensor | Future | None:
         """Reduce ``x + e`` with the inner scheme; the residual is taken against the averaged
-        result (as PowerSGD's own error feedback does), so every replica keeps what the mean lost."""
+        result (as PowerSGD's own error feedback does), so every replica keeps what the mean lost.
+        (``powersgd`` has its own error feedback, on by default: ``ef(powersgd)`` adds a second.)"""
         require_finite(x, info, self._label())
         x = x.detach()
         e = self._residual(x, info) if info.training else None
         y = x.float() if e is None else x.float() + e
-        out = self.inner.reduce(y.to(x.dtype), info, all_reduce)
-        if out is not None and info.training:
-            self._residuals[info.microbatch] = _Residual(y - out.detach().float())
-        return out
+        # the inner reduce may overwrite its input: hand it a tensor of its own
+        out = self.inner.reduce(y.to(x.dtype, copy=True), info, all_reduce)
+        if out is None or not info.training:
+            return out
+
+        def keep(mean: Tensor) -> Tensor:
+            self._residuals[info.microbatch] = _Residual(y - mean.detach().float())
+            return mean
+
+        return chain(out, keep) if isinstance(out, Future) else keep(out)
 
 
 @dataclass

@@ -12,10 +12,13 @@ for. Compressors are never asked. Keys name the link:
     eval.*                            evaluation traffic (kept apart from the benchmark numbers)
 
 A meter lives in one process; meters of all ranks are merged on the result-owning rank.
+``record`` is thread-safe: asynchronous data-parallel reductions launch later rounds from
+the collectives' completion callbacks, on the backend's threads.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from typing import Any, Iterable
 
@@ -55,14 +58,16 @@ class ByteMeter:
         self.evaluating = False
         # (key, step) -> [raw, wire, messages]
         self._counts: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0, 0])
+        self._lock = threading.Lock()
 
     def record(self, key: str, raw: int, wire: int, messages: int = 1) -> None:
         if self.evaluating:
             key = "eval." + key
-        c = self._counts[(key, self.step)]
-        c[0] += int(raw)
-        c[1] += int(wire)
-        c[2] += int(messages)
+        with self._lock:
+            c = self._counts[(key, self.step)]
+            c[0] += int(raw)
+            c[1] += int(wire)
+            c[2] += int(messages)
 
     # --- merge / serialize (rank -> result rank) ------------------------------------------
     def to_list(self) -> list[list[Any]]:

@@ -5,14 +5,26 @@ ranks per replica). The dp replicas of a pipeline rank form one process group, s
 the stages that rank holds; each replica's stage module is wrapped in
 ``torch.nn.parallel.DistributedDataParallel`` on that group, with a communication hook
 built from the plan's ``dp`` compressor spec (any registered compressor). Per DDP bucket
-``x`` (the flattened local gradients, shape (n,)) the hook returns the replica mean:
+``x`` (the flattened local gradients, shape (n,)) the hook returns a future of the replica mean:
 
-1. ``compressor.reduce(x, info, all_reduce)`` if it implements a custom scheme (PowerSGD
-   all-reduces P, then Q); ``all_reduce`` is the runtime's, so its bytes are counted;
+1. ``compressor.reduce(x, info, all_reduce)`` if it implements a custom scheme (PowerSGD:
+   per parameter matrix, all-reduce the P's, then the Q's). ``info.segments`` holds the
+   shapes of the bucket's parameters in bucket order (from ``bucket.gradients()``, checked
+   to tile the buffer) and ``info.replicas`` the group size. ``all_reduce(t)`` is the
+   runtime's in-place sum (counted); ``all_reduce(t, async_op=True)`` returns a future and
+   ``reduce`` may return one, so later rounds run in completion callbacks while the
+   backward goes on (as torch's ``powerSGD_hook``);
 2. else, if ``compressor.linear``: all-reduce the payload tensors (sum) and decompress once;
 3. else: all-gather the framed payloads (sizes exchanged first; equal sizes use one
    all-gather, different sizes one broadcast per replica, so no padding crosses the wire),
    decompress each replica's payload and average.
+
+Collective order: backends pair collectives by issue order, and rounds launched from
+callbacks would otherwise race with the next bucket's. Each bucket's reduction is a unit of
+the group's ``_Sequencer``: its collectives are issued in the order it launches them, after
+every earlier bucket's reduction has finished (later buckets' launches wait in a queue while
+their local computation proceeds). DDP waits for every bucket's future at the end of the
+backward, so nothing is in flight between steps.
 
 One compressor instance per bucket (state such as error feedback is per bucket and per
 replica). Gradients accumulate locally over the M micro-batches: forwards run under
@@ -20,24 +32,31 @@ replica). Gradients accumulate locally over the M micro-batches: forwards run un
 same thing ``torch.distributed.pipelining`` does), so exactly one reduction per step.
 
 Counted bytes (key ``dp.s{stage}.allreduce|allgather``): the bytes each replica contributes
-per collective call (the size exchange of the all-gather path included), summed over
-replicas; raw = the bucket's uncompressed gradient. Not counted: DDP's one-time parameter
-and buffer broadcast at construction (replicas start identical anyway); buffers are not
-synchronized during training (``forward_sync_buffers=False``). Learned compressors' parameters (not inside the DDP module)
+per collective call (the size exchange of the all-gather path included), counted when the
+collective is issued, summed over replicas; raw = the bucket's uncompressed gradient. Not
+counted: DDP's one-time parameter and buffer broadcast at construction (replicas start
+identical anyway); buffers are not synchronized during training
+(``forward_sync_buffers=False``). Learned compressors' parameters (not inside the DDP module)
 are averaged with a plain all-reduce after backward, counted the same way.
+
+Time: synchronous collectives are charged to ``comm`` and compression to ``compress``; the
+rounds of an asynchronous reduction run on the backend's threads, overlapping the backward,
+and whatever the backward then waits for them shows in the stage's ``compute``.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any, Iterator, Mapping
+import math
+import threading
+from contextlib import contextmanager, nullcontext
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from compressors.api import Compressor, TensorInfo, TensorRole
+from compressors.api import Compressor, TensorInfo, TensorRole, chain
 from compressors.builtins.baseline import NoCompression
 from compressors.registry import build
 from compressors.spec import Spec
@@ -59,6 +78,78 @@ def make_dp_groups(placement: Placement, backend: str | None = None) -> dict[int
         for p in range(placement.n_ranks)
     ]
     return {s: groups[placement.pp_rank(s)] for s in range(placement.n_stages)}
+
+
+class _Sequencer:
+    """Issues one dp group's collectives in the same order on every replica.
+
+    Backends pair collectives by the order they are issued, and an asynchronous reduction
+    launches its later rounds from completion callbacks, whose timing differs between
+    replicas. So every bucket reduction is a *unit*, numbered in the order the hooks start
+    (DDP fires them in bucket order, the same on every replica); a unit's collectives are
+    issued in the order it launches them, and only once every earlier unit has finished.
+    Launches of a later unit wait in a queue (its local computation goes on meanwhile)."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition(threading.RLock())  # reentrant: a callback may run inline
+        self._opened = 0
+        self._active = 0
+        self._finished: set[int] = set()
+        self._queued: dict[int, list[Callable[[], None]]] = {}
+
+    def open(self) -> int:
+        with self._cv:
+            self._opened += 1
+            return self._opened - 1
+
+    def submit(self, unit: int, launch: Callable[[], None]) -> None:
+        """Run ``launch`` (which issues one collective) now if ``unit`` is active, else queue it."""
+        with self._cv:  # launched under the lock: a queue flush cannot interleave with it
+            if unit == self._active:
+                launch()
+            else:
+                self._queued.setdefault(unit, []).append(launch)
+
+    def wait_turn(self, unit: int) -> None:
+        """Block until ``unit`` is active (a synchronous collective on the calling thread)."""
+        with self._cv:
+            self._cv.wait_for(lambda: self._active == unit)
+
+    def finish(self, unit: int) -> None:
+        with self._cv:
+            self._finished.add(unit)
+            while self._active in self._finished:
+                self._finished.discard(self._active)
+                self._active += 1
+                for launch in self._queued.pop(self._active, []):
+                    launch()
+            self._cv.notify_all()
+
+
+_SEQUENCERS: dict[int, tuple[Any, _Sequencer]] = {}
+
+
+def _sequencer(group: Any) -> _Sequencer:
+    """The one sequencer of a process group (stages on one rank share their dp group)."""
+    entry = _SEQUENCERS.get(id(group))
+    if entry is None or entry[0] is not group:
+        entry = _SEQUENCERS[id(group)] = (group, _Sequencer())
+    return entry[1]
+
+
+def _settle(out: torch.futures.Future, done: torch.futures.Future, value: Tensor) -> None:
+    try:
+        done.value()
+    except BaseException as e:  # noqa: BLE001 (handed to whoever waits on ``out``)
+        out.set_exception(e)
+        return
+    out.set_result(value)
+
+
+def _completed(value: Tensor) -> torch.futures.Future:
+    f: torch.futures.Future = torch.futures.Future()
+    f.set_result(value)
+    return f
 
 
 class CompressedReduce:
@@ -92,6 +183,8 @@ class CompressedReduce:
         self._instances: dict[int, Compressor] = {}
         self._plain = NoCompression()
         self._plain.spec = "none"
+        self._seq = _sequencer(group)
+        self._thread = threading.get_ident()  # the training thread: the only one that may use the clock
 
     def compressors(self) -> list[Compressor]:
         return list(self._instances.values())
@@ -104,17 +197,39 @@ class CompressedReduce:
         return self._instances[bucket]
 
     # --- counted collectives -------------------------------------------------------------
-    def _all_reduce(self, t: Tensor) -> Tensor:
-        t = t.contiguous().clone()
-        with self.clock.section("comm"):
-            dist.all_reduce(t, group=self.group)
-        self.meter.record(dp_key(self.stage, "allreduce"), 0, t.numel() * t.element_size())
-        return t
+    def _comm(self) -> Any:
+        return self.clock.section("comm") if threading.get_ident() == self._thread else nullcontext()
+
+    def _all_reduce(self, t: Tensor, unit: int, async_op: bool = False) -> Tensor | torch.futures.Future:
+        """Sum ``t`` over the replicas in place (a non-contiguous ``t`` is summed in a contiguous
+        copy); with ``async_op`` a Future of it. Bytes are counted when the collective is issued."""
+        t = t.contiguous()
+        nbytes = t.numel() * t.element_size()
+        key = dp_key(self.stage, "allreduce")
+        if not async_op:
+            self._seq.wait_turn(unit)
+            with self._comm():
+                dist.all_reduce(t, group=self.group)
+            self.meter.record(key, 0, nbytes)
+            return t
+        out: torch.futures.Future = torch.futures.Future(devices=[t.device]) if t.is_cuda else torch.futures.Future()
+
+        def launch() -> None:
+            self.meter.record(key, 0, nbytes)
+            try:
+                work = dist.all_reduce(t, group=self.group, async_op=True)
+            except BaseException as e:  # noqa: BLE001 (handed to whoever waits on ``out``)
+                out.set_exception(e)
+                return
+            work.get_future().add_done_callback(lambda f: _settle(out, f, t))
+
+        self._seq.submit(unit, launch)
+        return out
 
     def _all_gather_frames(self, buf: Tensor) -> list[Tensor]:
         n = torch.tensor([buf.numel()], dtype=torch.int64, device=buf.device)
         sizes = [torch.empty_like(n) for _ in range(self.replicas)]
-        with self.clock.section("comm"):
+        with self._comm():
             dist.all_gather(sizes, n, group=self.group)
             lengths = [int(s.item()) for s in sizes]
             if len(set(lengths)) == 1:
@@ -132,16 +247,22 @@ class CompressedReduce:
 
     # --- the hook ----------------------------------------------------------------------------
     def run(self, bucket: dist.GradBucket) -> torch.futures.Future:
-        """Reduce one DDP bucket; returns a completed future holding the replica mean."""
+        """Reduce one DDP bucket; returns a future of the replica mean (completed unless the
+        compressor's ``reduce`` is asynchronous)."""
         x = bucket.buffer()  # (n,) local gradients of this bucket
-        mean = self.reduce(x, bucket.index())
-        fut: torch.futures.Future = torch.futures.Future()
-        fut.set_result(mean.to(x.dtype).reshape(x.shape))
-        return fut
+        return self.reduce_async(x, bucket.index(), _segments(x, bucket.gradients()))
 
-    def reduce(self, x: Tensor, bucket: int) -> Tensor:
-        """The replica mean of ``x`` through the configured compressor."""
+    def reduce(self, x: Tensor, bucket: int, segments: tuple[torch.Size, ...] | None = None) -> Tensor:
+        """The replica mean of ``x`` through the configured compressor (waits for it)."""
+        return self.reduce_async(x, bucket, segments).wait()
+
+    def reduce_async(
+        self, x: Tensor, bucket: int, segments: tuple[torch.Size, ...] | None = None
+    ) -> torch.futures.Future:
+        """A future of the replica mean of ``x`` (shape and dtype of ``x``); may overwrite ``x``."""
         comp = self._instance(bucket, x.device) if self.compressed else self._plain
+        if segments is not None and sum(math.prod(s) for s in segments) != x.numel():
+            segments = None  # not a layout of this bucket
         info = TensorInfo(
             role=TensorRole.WEIGHT_GRAD,
             boundary=bucket,
@@ -151,22 +272,47 @@ class CompressedReduce:
             dtype=x.dtype,
             device=x.device,
             seed=derive_seed(self.seed, "dp", self.stage, bucket, self.step),
+            segments=segments,
+            replicas=self.replicas,
         )
+        unit = self._seq.open()
+        pending = False
+        try:
+            if _has_reduce(comp):
+
+                def all_reduce(t: Tensor, async_op: bool = False) -> Tensor | torch.futures.Future:
+                    return self._all_reduce(t, unit, async_op)
+
+                out = comp.reduce(x, info, all_reduce)
+                if out is not None:
+                    self.meter.record(dp_key(self.stage, "allreduce"), x.numel() * x.element_size(), 0, messages=0)
+                    if isinstance(out, torch.futures.Future):
+                        fut = chain(out, lambda o: _check_output(o, comp, info, what="reduce"))
+                        fut.add_done_callback(lambda _: self._seq.finish(unit))
+                        pending = True
+                        return fut
+                    return _completed(_check_output(out, comp, info, what="reduce"))
+            return _completed(self._reduce_payloads(x, comp, info, unit))
+        finally:
+            if not pending:
+                self._seq.finish(unit)
+
+    def _reduce_payloads(self, x: Tensor, comp: Compressor, info: TensorInfo, unit: int) -> Tensor:
+        """The default paths: all-reduce of a linear compressor's payloads, else all-gather."""
         raw = x.numel() * x.element_size()
-        if _has_reduce(comp):
-            out = comp.reduce(x, info, self._all_reduce)
-            if out is not None:
-                self.meter.record(dp_key(self.stage, "allreduce"), raw, 0, messages=0)
-                return _check_output(out, comp, info, what="reduce")
         d = self.replicas
         with self.clock.section("compress"):
             payload = _check_payload(comp.compress(x, info), comp, info)
         if comp.linear:
             self.meter.record(dp_key(self.stage, "allreduce"), raw, 0, messages=0)
-            summed = tuple(self._all_reduce(t) for t in payload)
+            # summed in place: a payload tensor aliasing the bucket is the runtime's to overwrite,
+            # any other may be the compressor's own (state, a cache) and is summed in a copy
+            summed = tuple(self._all_reduce(t if _aliases(t, x) else t.clone(), unit) for t in payload)
             with self.clock.section("compress"):
-                return _check_output(comp.decompress(summed, info), comp, info) / d
+                mean = _check_output(comp.decompress(summed, info), comp, info)
+                return mean.div_(d) if _aliases(mean, x) else mean / d  # the bucket itself (none): no copy
         self.meter.record(dp_key(self.stage, "allgather"), raw, 0, messages=0)
+        self._seq.wait_turn(unit)
         frames = self._all_gather_frames(frame(payload, x.shape, x.dtype, x.device))
         with self.clock.section("compress"):
             total = torch.zeros_like(x)
@@ -177,13 +323,35 @@ class CompressedReduce:
 
     def average(self, params: list[nn.Parameter]) -> None:
         """Plain mean all-reduce of extra gradients (learned compressors' parameters)."""
-        for p in params:
-            if p.grad is not None:
-                p.grad.copy_(self._all_reduce(p.grad) / self.replicas)
+        unit = self._seq.open()
+        try:
+            for p in params:
+                if p.grad is not None:
+                    total = self._all_reduce(p.grad, unit)
+                    if total is not p.grad:  # a non-contiguous gradient was summed in a copy
+                        p.grad.copy_(total)
+                    p.grad.div_(self.replicas)
+        finally:
+            self._seq.finish(unit)
 
 
 def _has_reduce(comp: Compressor) -> bool:
     return type(comp).reduce is not Compressor.reduce
+
+
+def _segments(x: Tensor, grads: list[Tensor]) -> tuple[torch.Size, ...] | None:
+    """The shapes of the parameters' gradients laid out one after another in bucket ``x``
+    (DDP's bucket views), or None if they are not exactly that."""
+    base, size, off = x.data_ptr(), x.element_size(), 0
+    for g in grads:
+        if g.data_ptr() != base + off * size:
+            return None
+        off += g.numel()
+    return tuple(g.shape for g in grads) if off == x.numel() else None
+
+
+def _aliases(t: Tensor, x: Tensor) -> bool:
+    return t.device == x.device and t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
 
 
 class DDPSync:

@@ -148,6 +148,24 @@ def test_ef_delegates_custom_reduce_with_residual_against_the_result():
     assert type(build(f"ef({INNER})")).reduce is Compressor.reduce
 
 
+class _AsyncRoundReduce(_MeanReduce):
+    """The same rounding, returned as a Future (an asynchronous reduce); overwrites its input."""
+
+    def reduce(self, x, info, all_reduce):
+        fut = torch.futures.Future()
+        fut.set_result(x.mul_(2).round_().div_(2))  # in place: the wrapper must have handed over a copy
+        return fut
+
+
+def test_ef_chains_an_asynchronous_inner_reduce():
+    ef = ErrorFeedback(_AsyncRoundReduce())
+    x = torch.full((8,), 0.2)
+    out = ef.reduce(x, _info(x, 0), lambda t: t)
+    assert isinstance(out, torch.futures.Future) and torch.equal(out.wait(), torch.zeros(8))
+    assert torch.equal(x, torch.full((8,), 0.2))  # its input untouched
+    assert torch.allclose(ef._residuals[0].e, torch.full((8,), 0.2))  # x + e - mean, kept when the future completes
+
+
 # --------------------------------------------------------------------------- per-sample memory
 def _act(
     x: torch.Tensor,

@@ -1,4 +1,5 @@
-"""PowerSGD: exact on low-rank input, warm start converges, two-round data-parallel reduce."""
+"""PowerSGD: exact on low-rank input, warm start converges; the data-parallel reduce per parameter
+matrix (with error feedback and warm start), asynchronous, checked on simulated replicas."""
 
 from __future__ import annotations
 
@@ -133,8 +134,16 @@ def test_non_finite_input_raises():
 
 
 # --------------------------------------------------------------------------- data parallel
-def _run_replicas(grads, instances, *, step=0, seed=3):
-    """Run ``reduce`` on each replica in its own thread with a summing all-reduce."""
+def _dp_info(x, *, step=0, seed=3, segments=None, replicas=None, bucket=0, training=True) -> TensorInfo:
+    return TensorInfo(
+        TensorRole.WEIGHT_GRAD, bucket, 0, step, x.shape, x.dtype, x.device,
+        seed=seed, training=training, segments=segments, replicas=replicas,
+    )  # fmt: skip
+
+
+def _run_replicas(grads, instances, *, step=0, seed=3, segments=None, replicas=None):
+    """Run ``reduce`` on each replica in its own thread with a synchronous summing all-reduce
+    that returns a new tensor (a plain function without ``async_op``: the fallback path)."""
     world = len(grads)
     barrier = threading.Barrier(world, timeout=10)  # a replica that raises early breaks it
     slots: list = [None] * world
@@ -151,8 +160,8 @@ def _run_replicas(grads, instances, *, step=0, seed=3):
             barrier.wait()
             return total
 
-        x = grads[rank]
-        info = _info(x, step=step, seed=seed, role=TensorRole.WEIGHT_GRAD)
+        x = grads[rank].clone()  # reduce may overwrite its input
+        info = _dp_info(x, step=step, seed=seed, segments=segments, replicas=replicas)
         try:
             results[rank] = instances[rank].reduce(x, info, all_reduce)
         except BaseException as e:
@@ -166,45 +175,230 @@ def _run_replicas(grads, instances, *, step=0, seed=3):
     return results, errors, sent
 
 
-def test_reduce_equals_mean_of_the_replicas_low_rank_approximations():
+class _AsyncWorld:
+    """Simulated replicas in one thread: ``all_reduce(t, async_op=True)`` returns a pending
+    future; the k-th collective completes (in place, as the runtime's) once every replica has
+    launched its k-th one. Records what each replica sent, in order."""
+
+    def __init__(self, world: int):
+        self.world = world
+        self.queues: list[list] = [[] for _ in range(world)]
+        self.sent: list[list[int]] = [[] for _ in range(world)]
+
+    def all_reduce(self, rank):
+        def all_reduce(t, async_op=False):
+            assert async_op, "PowerSGD launches its collectives asynchronously"
+            fut = torch.futures.Future()
+            self.queues[rank].append((t, fut))
+            self.sent[rank].append(t.numel())
+            self._pump()
+            return fut
+
+        return all_reduce
+
+    def _pump(self):
+        while all(self.queues):
+            items = [q.pop(0) for q in self.queues]
+            assert len({t.numel() for t, _ in items}) == 1, "replicas issued different collectives"
+            total = torch.stack([t for t, _ in items]).sum(0)
+            for t, fut in items:
+                t.copy_(total)
+                fut.set_result(t)
+
+    def reduce(self, instances, grads, **info_kw):
+        """Every replica's mean (the replica's bucket, overwritten in place) for its local ``grads``."""
+        bufs = [g.clone() for g in grads]
+        futs = [
+            c.reduce(b, _dp_info(b, **info_kw), self.all_reduce(r)) for r, (c, b) in enumerate(zip(instances, bufs))
+        ]
+        assert all(isinstance(f, torch.futures.Future) for f in futs)
+        outs = [f.wait() for f in futs]
+        assert all(o.data_ptr() == b.data_ptr() for o, b in zip(outs, bufs))  # written into the bucket
+        return outs
+
+
+# a bucket like a small conv net's: conv weight, BN vectors, a linear layer and its bias, and a
+# matrix too small for rank 2 to save bytes
+SEGMENTS = (
+    torch.Size([16, 3, 3, 3]),  # (16, 27), r=2: (16+27)*2*2 = 172 < 432: compressed
+    torch.Size([16]),
+    torch.Size([16]),
+    torch.Size([10, 64]),  # (10, 64), r=2: (74)*2*2 = 296 < 640: compressed
+    torch.Size([10]),
+    torch.Size([4, 3]),  # (4, 3): (7)*2*2 = 28 > 12: uncompressed
+)
+COMPRESSED = {0: (16, 27), 3: (10, 64)}
+
+
+def _parts(flat):
+    out, off = [], 0
+    for s in SEGMENTS:
+        out.append(flat[off : off + s.numel()].view(s))
+        off += s.numel()
+    return out
+
+
+def _bucket_grads(world, seed=0, scale=1.0):
+    g = _gen(seed)
+    n = sum(s.numel() for s in SEGMENTS)
+    return [scale * torch.randn(n, generator=g) for _ in range(world)]
+
+
+def _matrix(t):
+    return t.reshape(t.shape[0], -1)
+
+
+def test_reduce_per_parameter_matrix_projects_the_mean_and_averages_the_rest_exactly():
+    world = _AsyncWorld(2)
+    grads = _bucket_grads(2)
+    outs = world.reduce([PowerSGD(rank=2), PowerSGD(rank=2)], grads, segments=SEGMENTS, replicas=2)
+    assert torch.equal(outs[0], outs[1])  # every replica applies the same update
+    mean = (grads[0] + grads[1]) / 2
+    for i, (got, want) in enumerate(zip(_parts(outs[0]), _parts(mean))):
+        if i in COMPRESSED:  # P P^T mean(M): the mean projected on the rank-2 span of the result
+            m = _matrix(want)
+            assert torch.linalg.matrix_rank(_matrix(got)) == 2
+            p = torch.linalg.qr(_matrix(got)).Q[:, :2]
+            assert torch.allclose(_matrix(got), p @ p.T @ m, atol=1e-5)
+            assert _rel(m, _matrix(got)) > 0.1  # lossy: a random matrix is not rank 2
+        else:  # vectors and the (4, 3) matrix: the exact mean
+            assert torch.allclose(got, want, atol=1e-6)
+    # three batched all-reduces: the uncompressed values, all P's, all Q's; no count value
+    assert world.sent[0] == world.sent[1] == [16 + 16 + 10 + 12, 16 * 2 + 10 * 2, 27 * 2 + 64 * 2]
+
+
+def test_p_comes_from_the_summed_projection_of_the_seeded_q():
+    world = _AsyncWorld(2)
+    grads = _bucket_grads(2, seed=5)
+    outs = world.reduce(
+        [PowerSGD(rank=2, error_feedback=False), PowerSGD(rank=2, error_feedback=False)],
+        grads, segments=SEGMENTS, replicas=2, seed=9,
+    )  # fmt: skip
+    # independent recomputation: Q0 Gaussian from the shared seed, one orthonormal Q per matrix
+    q0 = torch.randn(27 * 2 + 64 * 2, generator=_dp_info(grads[0], seed=9).generator(0x50))
+    qs = [torch.linalg.qr(q0[:54].view(27, 2)).Q, torch.linalg.qr(q0[54:].view(64, 2)).Q]
+    for (i, _), q in zip(sorted(COMPRESSED.items()), qs):
+        ms = [_matrix(_parts(g)[i]) for g in grads]
+        p = torch.linalg.qr(sum(m @ q for m in ms)).Q
+        expected = p @ (sum(m.T @ p for m in ms) / 2).T
+        assert torch.allclose(_matrix(_parts(outs[0])[i]), expected, atol=1e-5)
+
+
+def test_error_feedback_carries_each_replicas_residual():
+    world = _AsyncWorld(2)
+    instances = [PowerSGD(rank=1), PowerSGD(rank=1)]
+    applied = torch.zeros(sum(s.numel() for s in SEGMENTS))
+    total_mean = torch.zeros_like(applied)
+    for step in range(6):
+        grads = _bucket_grads(2, seed=100 + step)
+        inputs = []
+        for c, g in zip(instances, grads):  # what each replica reduces: its gradient + residual
+            st = c._dp.get(0)
+            x = g.clone()
+            if st is not None:
+                for i, ev in zip(sorted(COMPRESSED), _views_of(st.e)):
+                    _matrix(_parts(x)[i]).add_(ev)
+            inputs.append(x)
+        outs = world.reduce(instances, grads, segments=SEGMENTS, replicas=2, step=step, seed=step)
+        for c, x in zip(instances, inputs):  # e_i = (M_i + e_i) - P Q^T, per replica
+            for i, ev in zip(sorted(COMPRESSED), _views_of(c._dp[0].e)):
+                assert torch.allclose(ev, _matrix(_parts(x)[i]) - _matrix(_parts(outs[0])[i]), atol=1e-5)
+        applied += outs[0]
+        total_mean += (grads[0] + grads[1]) / 2
+    # nothing is lost: what was applied plus the mean residual is the sum of the mean gradients
+    residual = torch.zeros_like(applied)
+    for c in instances:
+        for i, ev in zip(sorted(COMPRESSED), _views_of(c._dp[0].e)):
+            _matrix(_parts(residual)[i]).add_(ev / 2)
+    assert torch.allclose(applied + residual, total_mean, atol=1e-4)
+    assert instances[0].state_nbytes() == 4 * (16 * 27 + 10 * 64 + 27 + 64)  # residuals + rank-1 Q's
+    no_ef = [PowerSGD(rank=1, error_feedback=False) for _ in range(2)]
+    world.reduce(no_ef, _bucket_grads(2), segments=SEGMENTS, replicas=2)
+    assert no_ef[0]._dp[0].e is None and no_ef[0].state_nbytes() == 4 * (27 + 64)
+
+
+def _views_of(e):
+    return [e[: 16 * 27].view(16, 27), e[16 * 27 :].view(10, 64)]
+
+
+def test_warm_start_with_a_shared_low_rank_space_becomes_exact():
+    g = _gen(4)
+    u, v = torch.randn(64, 2, generator=g), torch.randn(2, 30, generator=g)
+    segs = (torch.Size([64, 30]), torch.Size([5]))
+    world = _AsyncWorld(3)
+    instances = [PowerSGD(rank=2, error_feedback=False) for _ in range(3)]
+    for step, scale in enumerate((1.0, 0.5)):
+        grads = [torch.cat([(u @ (v * s)).reshape(-1), torch.full((5,), s)]) * scale for s in (1.0, -0.5, 2.0)]
+        outs = world.reduce(instances, grads, segments=segs, replicas=3, step=step, seed=step)
+        assert torch.allclose(outs[0], sum(grads) / 3, atol=1e-4) and torch.equal(outs[0], outs[2])
+        qs = [c._dp[0].q for c in instances]
+        assert all(torch.equal(q, qs[0]) for q in qs)  # the warm-start state agrees on every replica
+
+
+def test_a_new_bucket_layout_starts_afresh():
+    world = _AsyncWorld(2)
+    instances = [PowerSGD(rank=2), PowerSGD(rank=2)]
+    world.reduce(instances, _bucket_grads(2), segments=SEGMENTS, replicas=2)
+    other = tuple(reversed(SEGMENTS))  # what DDP's bucket rebuild after step 0 looks like
+    outs = world.reduce(instances, _bucket_grads(2, seed=1), segments=other, replicas=2, step=1)
+    assert instances[0]._dp[0].layout.segments == other and torch.equal(outs[0], outs[1])
+
+
+def test_evaluation_does_not_touch_the_state():
+    world = _AsyncWorld(2)
+    instances = [PowerSGD(rank=2), PowerSGD(rank=2)]
+    world.reduce(instances, _bucket_grads(2), segments=SEGMENTS, replicas=2)
+    e, q = instances[0]._dp[0].e.clone(), instances[0]._dp[0].q.clone()
+    world.reduce(instances, _bucket_grads(2, seed=7), segments=SEGMENTS, replicas=2, step=-1, training=False)
+    assert torch.equal(instances[0]._dp[0].e, e) and torch.allclose(instances[0]._dp[0].q, q)
+
+
+def test_synchronous_all_reduce_without_segments_or_replica_count():
     grads = [_decaying(48, 40, seed=1) + 0.1 * torch.randn(48, 40, generator=_gen(s)) for s in (2, 3)]
     instances = [PowerSGD(rank=3), PowerSGD(rank=3)]
     results, errors, sent = _run_replicas(grads, instances)
     assert errors == [None, None]
-    assert torch.equal(results[0], results[1])  # every replica gets the same update
-    # result = P P^T mean(M): the mean of each replica's projection onto the shared span(P)
+    assert torch.equal(results[0], results[1]) and results[0].shape == (48, 40)
     p = torch.linalg.qr(results[0]).Q[:, :3]
-    expected = sum(p @ p.T @ g for g in grads) / 2
-    assert torch.allclose(results[0], expected, atol=1e-5)
-    assert sent[0] == [48 * 3 + 1, 40 * 3]  # round 1: P (+ the replica count), round 2: Q
-
-
-def test_reduce_is_exact_when_replicas_share_a_low_rank_space_and_warm_starts():
-    g = _gen(4)
-    u, v = torch.randn(64, 2, generator=g), torch.randn(2, 30, generator=g)
-    grads = [u @ (v * s) for s in (1.0, -0.5, 2.0)]  # three replicas, same column space
-    instances = [PowerSGD(rank=2) for _ in grads]
-    results, errors, _ = _run_replicas(grads, instances)
-    assert errors == [None] * 3
-    assert torch.allclose(results[0], sum(grads) / 3, atol=1e-4)
-    # warm start: the state is the same on every replica, so step 2 agrees too
-    assert all(torch.equal(instances[0]._q[k], inst._q[k]) for inst in instances for k in instances[0]._q)
-    results2, errors2, _ = _run_replicas([x * 0.5 for x in grads], instances, step=1, seed=11)
-    assert errors2 == [None] * 3 and torch.equal(results2[0], results2[2])
-    assert torch.allclose(results2[0], sum(grads) / 6, atol=1e-4)
+    assert torch.allclose(results[0], p @ p.T @ (sum(grads) / 2), atol=1e-5)
+    assert sent[0] == [1, 48 * 3, 40 * 3]  # the replica count (unknown), then P, then Q
 
 
 def test_reduce_handles_flat_buckets_and_bf16():
     grads = [torch.randn(1000, generator=_gen(s)).to(torch.bfloat16) for s in (1, 2)]
-    results, errors, sent = _run_replicas(grads, [PowerSGD(rank=2), PowerSGD(rank=2)])
+    results, errors, sent = _run_replicas(grads, [PowerSGD(rank=2), PowerSGD(rank=2)], replicas=2)
     assert errors == [None, None]
     assert results[0].shape == (1000,) and results[0].dtype == torch.bfloat16
-    assert sent[0] == [32 * 2 + 1, 32 * 2]  # 1000 values as a 32 x 32 matrix
+    assert sent[0] == [32 * 2, 32 * 2]  # 1000 values as a zero-padded 32 x 32 matrix
 
 
-def test_nan_on_one_replica_makes_every_replica_raise():
-    grads = [torch.randn(20, 10, generator=_gen(s)) for s in (1, 2)]
-    grads[1][0, 0] = float("inf")
-    results, errors, _ = _run_replicas(grads, [PowerSGD(), PowerSGD()])
+@pytest.mark.parametrize("where", ["matrix", "vector"])
+def test_nan_on_one_replica_makes_every_replica_raise(where):
+    grads = _bucket_grads(2)
+    grads[1][0 if where == "matrix" else 16 * 27 + 3] = float("inf")
+    results, errors, _ = _run_replicas(grads, [PowerSGD(), PowerSGD()], segments=SEGMENTS, replicas=2)
     assert all(isinstance(e, CompressorError) for e in errors), errors
-    assert "non-finite" in str(errors[1]) and "another replica" in str(errors[0])
+    assert "another replica" in str(errors[0])
+    assert ("has 1 non-finite values" if where == "matrix" else "another replica") in str(errors[1])
+
+
+def test_nan_fails_every_replicas_future():
+    world = _AsyncWorld(2)
+    grads = _bucket_grads(2)
+    grads[0][5] = float("nan")
+    bufs = [g.clone() for g in grads]
+    instances = [PowerSGD(), PowerSGD()]
+    futs = [
+        c.reduce(b, _dp_info(b, segments=SEGMENTS, replicas=2), world.all_reduce(r))
+        for r, (c, b) in enumerate(zip(instances, bufs))
+    ]
+    for f in futs:
+        with pytest.raises(CompressorError, match="non-finite"):
+            f.wait()
+
+
+def test_dp_parameters_are_validated():
+    with pytest.raises(CompressorError, match="error_feedback"):
+        PowerSGD(error_feedback="yes")
+    with pytest.raises(CompressorError, match="min_compression_rate"):
+        PowerSGD(min_compression_rate=-1)

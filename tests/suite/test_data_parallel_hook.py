@@ -1,6 +1,7 @@
 """The compressed DDP communication hook, in-process on a one-replica gloo group: the three
-reduction paths (custom reduce, linear all-reduce, all-gather), their byte counts, and the
-micro-batch accumulation trick (exactly one reduction per step, after the last backward)."""
+reduction paths (custom reduce, linear all-reduce, all-gather), their byte counts, the
+micro-batch accumulation trick (exactly one reduction per step, after the last backward), the
+bucket layout handed to PowerSGD and the ordering of asynchronous collectives."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from torch import nn
 from compressors import available, build
 from compressors.api import TensorInfo, TensorRole
 from suite.pipeline.accounting import ByteMeter
-from suite.pipeline.data_parallel import CompressedReduce, wrap_stage
+from suite.pipeline.data_parallel import CompressedReduce, _Sequencer, wrap_stage
 from suite.pipeline.timing import Clock
 
 
@@ -60,8 +61,8 @@ def test_ddp_reduces_once_per_step_after_accumulating_all_microbatches(world_of_
     meter = ByteMeter()
     hook = _hook("none", meter)
     seen = []
-    orig = hook.reduce
-    hook.reduce = lambda x, bucket: (seen.append(x.clone()), orig(x, bucket))[1]  # type: ignore[method-assign]
+    orig = hook.reduce_async
+    hook.reduce_async = lambda x, bucket, segments=None: (seen.append(x.clone()), orig(x, bucket, segments))[1]  # type: ignore[method-assign]
     ddp, sync = wrap_stage(module, dist.group.WORLD, torch.device("cpu"), hook)
     xs = [torch.randn(2, 8) for _ in range(3)]
     for step in range(2):
@@ -81,3 +82,58 @@ def test_ddp_reduces_once_per_step_after_accumulating_all_microbatches(world_of_
         for p in (*module.parameters(), *ref.parameters()):
             p.grad = None
     assert meter.by_direction()["dp"].wire == 2 * 4 * (8 * 4 + 4)
+
+
+def _conv_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.Flatten(), nn.Linear(16 * 6 * 6, 10)
+    )  # fmt: skip
+
+
+def test_ddp_hands_powersgd_the_bucket_layout_and_counts_its_rounds(world_of_one, tiny_task):
+    module = _conv_net()
+    meter = ByteMeter()
+    hook = _hook("powersgd(rank=2)", meter)
+    seen = []
+    orig = hook.reduce_async
+
+    def spy(x, bucket, segments=None):
+        seen.append(segments)
+        return orig(x, bucket, segments)
+
+    hook.reduce_async = spy  # type: ignore[method-assign]
+    ddp, sync = wrap_stage(module, dist.group.WORLD, torch.device("cpu"), hook)
+    for step in range(3):
+        hook.step = meter.step = step
+        with sync.forward():
+            loss = ddp(torch.randn(4, 3, 8, 8)).square().mean()
+        with sync.backward(last=True):
+            loss.backward()
+        assert all(torch.isfinite(p.grad).all() for p in module.parameters())
+    shapes = sorted(tuple(p.shape) for p in module.parameters())
+    assert len(seen) == 3 and all(sorted(map(tuple, segs)) == shapes for segs in seen)  # one bucket: every parameter
+    # per step: conv (16, 27) and linear (10, 576) at rank 2, the BN vectors and the bias uncompressed
+    per_step = 4 * ((16 + 27) * 2 + (10 + 576) * 2 + 16 + 16 + 10)
+    assert meter.per_step("dp.s1.allreduce", 3) == [per_step] * 3
+    st = hook.compressors()[0]._dp[0]
+    assert st.e.numel() == 16 * 27 + 10 * 576 and st.q.numel() == (27 + 576) * 2  # error feedback, warm start
+
+
+def test_the_sequencer_issues_a_later_bucket_only_after_the_earlier_one_finished():
+    seq, issued = _Sequencer(), []
+    a, b, c = seq.open(), seq.open(), seq.open()
+    seq.submit(b, lambda: issued.append("b1"))  # b's launches wait for a
+    seq.submit(a, lambda: issued.append("a1"))
+    seq.submit(c, lambda: issued.append("c1"))
+    seq.submit(b, lambda: issued.append("b2"))
+    assert issued == ["a1"]
+    seq.submit(a, lambda: issued.append("a2"))  # a later round of a (from a completion callback)
+    seq.finish(c)  # c finished early (no collectives left): still after b
+    assert issued == ["a1", "a2"]
+    seq.finish(a)
+    assert issued == ["a1", "a2", "b1", "b2"]
+    seq.finish(b)
+    assert issued == ["a1", "a2", "b1", "b2", "c1"]
+    d = seq.open()
+    seq.wait_turn(d)  # everything before d is finished: returns at once

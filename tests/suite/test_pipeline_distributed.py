@@ -3,17 +3,21 @@ counted exactly as handed to torch.distributed, data parallelism, and failure ha
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from compressors import available
+from suite.pipeline.config import CellConfig, CompressionPlan
 from suite.pipeline.errors import RunError, RunTimeout
 from suite.pipeline.result import RunResult
 from suite.pipeline.runtime import run
+from tests.tasks._taskdata import require_data
 
 pytestmark = pytest.mark.distributed
 
@@ -104,6 +108,44 @@ def test_pp2_dp2_with_compressed_gradient_hook(tiny_cell, fixture_paths, tmp_pat
         replace(cfg, plan=replace(cfg.plan, dp="none"), dp=1, mode="single", tier="full", steps=6, microbatches=8)
     )
     assert r.losses[:2] == pytest.approx(ref.losses[:2], abs=1e-5)
+
+
+def _powersgd_step_bytes(stage: torch.nn.Module, rank: int) -> int:
+    """Bytes one replica all-reduces per step with ``powersgd(rank=...)``: (n + m) * r values per
+    parameter matrix worth compressing (torch's rule, min_compression_rate 2), every other value
+    uncompressed; fp32."""
+    values = 0
+    for p in stage.parameters():
+        n, m = p.shape[0], p.numel() // p.shape[0]
+        r = min(rank, n, m)
+        values += (n + m) * r if p.dim() >= 2 and (n + m) * r * 2 < n * m else p.numel()
+    return 4 * values
+
+
+@pytest.mark.data
+def test_powersgd_dp_bytes_per_step_are_its_per_matrix_factors_on_cifar10(tiny_cell):
+    require_data("cifar10")
+    from tasks.cifar10 import Cifar10
+
+    cfg = CellConfig(
+        task="cifar10",
+        tier="quick",
+        stages=2,
+        dp=2,
+        mode="torchrun",
+        schedule="1f1b",
+        steps=3,
+        compress_warmup_steps=1,
+        eval_uncompressed=False,
+        plan=CompressionPlan.from_dict({"forward": "none", "backward": "none", "dp": "powersgd(rank=4)"}),
+        data_dir=os.environ.get("MPCBENCH_DATA_DIR"),
+    )
+    r = run(cfg)
+    stages = Cifar10(tier="quick").build_stages(2)
+    plain = 2 * 4 * sum(p.numel() for s in stages for p in s.parameters())
+    compressed = 2 * sum(_powersgd_step_bytes(s, 4) for s in stages)  # both replicas
+    assert r.wire_bytes_by_step["dp"] == [plain, compressed, compressed]
+    assert compressed < plain / 2 and all(l == l for l in r.losses)
 
 
 def test_a_dying_rank_ends_the_run_with_an_error_and_no_leftover_processes(tiny_cell, monkeypatch, processes_with_env):
