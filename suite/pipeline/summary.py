@@ -36,7 +36,7 @@ from .result import EvalPoint, RunResult, TimeSplit
 from .schedules import pipeline_ranks, rank_of_stage
 from .timing import SECTIONS
 
-__all__ = ["summarize", "timing_inputs", "stage_costs", "ROBUST_QUANTILE", "CONTENDED_CPU_SHARE"]
+__all__ = ["summarize", "timing_inputs", "stage_costs", "cpu_clock_usable", "ROBUST_QUANTILE", "CONTENDED_CPU_SHARE"]
 
 ROBUST_QUANTILE = 0.25  # per-action costs for the model: a low quantile is what an unloaded machine does
 CONTENDED_CPU_SHARE = 0.8  # a rank that got less CPU than this share of its wall time was waiting for a core
@@ -60,21 +60,36 @@ def _stage_rows(reports: list[dict[str, Any]], n_stages: int, steps: int) -> lis
     return rows
 
 
-def stage_costs(reports: list[dict[str, Any]], n_stages: int, steps: int, stat) -> list[StageCost]:
+def cpu_clock_usable(reports: list[dict[str, Any]]) -> bool:
+    """Whether every rank timed its actions in thread CPU seconds on one torch thread (then
+    the thread's CPU time is all the compute; with more threads it would miss the others')."""
+    return bool(reports) and all(
+        r.get("torch_threads") == 1 and set(r.get("cpu_action_clocks") or {}) == set(r.get("action_clocks") or {})
+        for r in reports
+    )
+
+
+def stage_costs(
+    reports: list[dict[str, Any]], n_stages: int, steps: int, stat, clocks: str = "action_clocks"
+) -> list[StageCost]:
     """Per stage and action kind, ``stat`` over (measured steps x micro-batches x replicas) of
-    the action's decompress / compute / compress seconds; the optimizer per step likewise."""
+    the action's decompress / compute / compress seconds; the optimizer per step likewise
+    (``clocks``: ``action_clocks``, wall seconds, or ``cpu_action_clocks``, thread CPU seconds)."""
     out = []
     for s in range(n_stages):
         samples: dict[str, list[list[float]]] = {}
         opt: list[float] = []
         for r in reports:
-            steps_of = r.get("action_clocks", {}).get(str(s))
+            steps_of = r.get(clocks, {}).get(str(s))
             if steps_of is None:
                 continue
             for i in _measured(steps):
                 for label, row in steps_of[i].items():
                     samples.setdefault(label.rstrip("0123456789"), []).append(row)
-                opt.append(r["clocks"][str(s)][i]["optimizer"])
+                row = r["clocks"][str(s)][i]
+                opt.append(
+                    row.get("optimizer_cpu", row["optimizer"]) if clocks == "cpu_action_clocks" else row["optimizer"]
+                )
         actions = {k: ActionCost(*(stat([row[j] for row in rows]) for j in range(3))) for k, rows in samples.items()}
         out.append(StageCost(actions, stat(opt) if opt else 0.0))
     return out
@@ -112,7 +127,12 @@ def timing_inputs(
     loads of one replica, the transport's protocol and the measurement conditions."""
     S, D, M = config.n_stages, config.dp, micro
     schedule = [list(acts) for acts in reports[0]["schedule"]]  # every rank reports the whole schedule
-    robust = stage_costs(reports, S, steps, lambda v: quantile(v, ROBUST_QUANTILE))
+    # robust: a low quantile, of thread CPU seconds where those hold all the compute (they do
+    # not grow while another process has the core); mean: wall seconds, what measured steps average
+    cpu = cpu_clock_usable(reports)
+    robust = stage_costs(
+        reports, S, steps, lambda v: quantile(v, ROBUST_QUANTILE), "cpu_action_clocks" if cpu else "action_clocks"
+    )
     mean = stage_costs(reports, S, steps, fmean)
     per = {}
     for b in range(S - 1):
@@ -157,7 +177,7 @@ def timing_inputs(
         warmup_steps=warmup,
         counts=counts,
         target_step=target_step,
-        measurement=_measurement(reports, steps),
+        measurement={**_measurement(reports, steps), "robust_clock": "thread_cpu" if cpu else "wall"},
     )
 
 

@@ -4,7 +4,11 @@ Sections nest (the data-parallel hook compresses and communicates inside the bac
 pass): an inner section's time is subtracted from the enclosing one, so the categories
 add up to the time spent inside sections.
 
-On the CPU a section is timed with ``time.perf_counter``. On CUDA kernels run
+On the CPU a section is timed with ``time.perf_counter`` and, next to it, with the calling
+thread's CPU time (``time.thread_time``): per action the network model takes the CPU time
+(``Clock.cpu_action_steps``) when the process computes on one thread, because it does not grow
+when the scheduler hands the core to another process, as wall time does on a shared machine
+(issue 13: compute inputs that do not move with the load). On CUDA kernels run
 asynchronously, so the host clock would charge a kernel to whichever section happens to
 wait for it. Two ways to fix that:
 
@@ -65,6 +69,11 @@ class Clock:
         self.action: str | None = None
         self.current_actions: dict[str, list[float]] = {}
         self.action_steps: list[dict[str, list[float]]] = []
+        # the same per action in this thread's CPU seconds (CPU device only; empty otherwise)
+        self.cpu_clock = not cuda and event_factory is None
+        self.current_cpu_actions: dict[str, list[float]] = {}
+        self.cpu_action_steps: list[dict[str, list[float]]] = []
+        self.current_cpu: dict[str, float] = defaultdict(float)  # per section, thread CPU seconds
 
     @property
     def uses_events(self) -> bool:
@@ -97,19 +106,29 @@ class Clock:
         else:
             for sec in self._closed:
                 sec.elapsed = sec.end - sec.start
+        cpu = self.cpu_clock
         for sec in self._closed:  # children were closed before their parents; subtract them
             if sec.parent is not None:
                 sec.parent.child += sec.elapsed
+                if cpu:
+                    sec.parent.cpu_child += sec.cpu_end - sec.cpu_start
         computed: set[str] = set()  # actions whose compute section has closed (close order)
+        cpu_computed: set[str] = set()
         for sec in self._closed:
             own = sec.elapsed - sec.child
             self.current[sec.name] += own
             if sec.action is not None:
-                self._charge_action(sec, own, computed)
+                self._charge_action(self.current_actions, sec, own, computed)
+            if cpu:
+                own_cpu = (sec.cpu_end - sec.cpu_start) - sec.cpu_child
+                self.current_cpu[sec.name] += own_cpu
+                if sec.action is not None:
+                    self._charge_action(self.current_cpu_actions, sec, own_cpu, cpu_computed)
         self._closed = []
 
-    def _charge_action(self, sec: _Section, own: float, computed: set[str]) -> None:
-        row = self.current_actions.setdefault(sec.action, [0.0, 0.0, 0.0])
+    @staticmethod
+    def _charge_action(rows: dict[str, list[float]], sec: _Section, own: float, computed: set[str]) -> None:
+        row = rows.setdefault(sec.action, [0.0, 0.0, 0.0])
         if sec.parent is not None or sec.name in ("compute", "optimizer"):
             if sec.name != "comm":  # nested work (a data-parallel hook inside the backward) is compute
                 row[1] += own
@@ -125,10 +144,16 @@ class Clock:
         self._resolve()
         row = {k: float(self.current.get(k, 0.0)) for k in SECTIONS}
         row["step"] = float(wall_s)
+        if self.cpu_clock:
+            row.update({f"{k}_cpu": float(self.current_cpu.get(k, 0.0)) for k in SECTIONS})
+            self.current_cpu = defaultdict(float)
         self.steps.append(row)
         self.current = defaultdict(float)
         self.action_steps.append(self.current_actions)
         self.current_actions = {}
+        if self.cpu_clock:
+            self.cpu_action_steps.append(self.current_cpu_actions)
+            self.current_cpu_actions = {}
         return row
 
     def discard(self) -> None:
@@ -136,6 +161,8 @@ class Clock:
         self._closed = []  # never resolved: their events are not reused
         self.current = defaultdict(float)
         self.current_actions = {}
+        self.current_cpu_actions = {}
+        self.current_cpu = defaultdict(float)
 
 
 class _Section:
@@ -144,7 +171,19 @@ class _Section:
     Closed sections wait in ``clock._closed`` until the step ends; ``start``/``end`` are host
     seconds or CUDA events, ``child`` the time of the sections nested in it."""
 
-    __slots__ = ("clock", "name", "start", "end", "parent", "child", "elapsed", "action")
+    __slots__ = (
+        "clock",
+        "name",
+        "start",
+        "end",
+        "parent",
+        "child",
+        "elapsed",
+        "action",
+        "cpu_start",
+        "cpu_end",
+        "cpu_child",
+    )
 
     def __init__(self, clock: Clock, name: str) -> None:
         self.clock, self.name = clock, name
@@ -152,14 +191,18 @@ class _Section:
     def __enter__(self) -> None:
         c = self.clock
         self.parent = c._stack[-1] if c._stack else None
-        self.child = 0.0
+        self.child = self.cpu_child = 0.0
         self.action = c.action
         c._stack.append(self)
+        if c.cpu_clock:
+            self.cpu_start = time.thread_time()
         self.start = c._stamp()
 
     def __exit__(self, *exc: object) -> None:
         c = self.clock
         self.end = c._stamp()
+        if c.cpu_clock:
+            self.cpu_end = time.thread_time()
         c._stack.pop()
         c._closed.append(self)
         c.counts[self.name] += 1

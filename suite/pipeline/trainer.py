@@ -241,6 +241,9 @@ def train(
         # the network model's inputs: every rank's action list and each action's costs
         schedule=schedule.to_lists(),
         action_clocks={str(s): st.clock.action_steps for s, st in stages.items()},
+        # the same in thread CPU seconds (CPU device), and how many threads torch computed on
+        cpu_action_clocks={str(s): st.clock.cpu_action_steps for s, st in stages.items() if st.clock.cpu_clock},
+        torch_threads=torch.get_num_threads(),
         protocol=transport.PROTOCOL,
         loadavg=report["loadavg"] + [load_average()],
         compressor_state_bytes=sum(

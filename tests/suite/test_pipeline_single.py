@@ -226,5 +226,8 @@ def test_run_result_is_complete_and_consistent(tiny_cell):
     assert set(r.modeled) == set(PROFILES)
     assert r.modeled["80Mbps"]["step_s"] > r.modeled["100Gbps"]["step_s"] > 0
     assert model_run(TimingInputs.from_dict(r.timing_inputs)) == r.modeled
+    # one torch thread on the CPU: the model's robust costs are thread CPU seconds (issue 13)
+    expected_clock = "thread_cpu" if torch.get_num_threads() == 1 else "wall"
+    assert r.timing_inputs["measurement"]["robust_clock"] == expected_clock
     again = RunResult.from_dict(json.loads(json.dumps(r.to_dict())))
     assert again == r

@@ -54,15 +54,53 @@ def _nested_step(clock: Clock, t: FakeTime) -> None:
 EXPECTED = {"compute": 0.75, "compress": 0.15, "comm": 0.1, "optimizer": 0.5, "step": 1.5}
 
 
+class HalfTime:
+    """A thread-CPU clock that runs at half the wall clock (the process had half a core)."""
+
+    def __init__(self, wall: FakeTime) -> None:
+        self.wall = wall
+
+    def __call__(self) -> float:
+        return self.wall.now / 2
+
+
 def test_host_clock_charges_exclusive_time(monkeypatch):
     t = FakeTime()
     monkeypatch.setattr(timing.time, "perf_counter", t)
+    monkeypatch.setattr(timing.time, "thread_time", HalfTime(t))
     clock = Clock(torch.device("cpu"))
-    assert not clock.uses_events
+    assert not clock.uses_events and clock.cpu_clock
     _nested_step(clock, t)
     row = clock.snapshot(1.5)
-    assert row == pytest.approx(EXPECTED)
+    cpu = {f"{k}_cpu": v / 2 for k, v in EXPECTED.items() if k != "step"}
+    assert row == pytest.approx({**EXPECTED, **cpu})  # wall and thread CPU seconds, both exclusive
     assert clock.counts == {"compute": 1, "compress": 1, "comm": 1, "optimizer": 1}
+
+
+def test_cpu_action_costs_are_charged_like_the_wall_ones(monkeypatch):
+    t = FakeTime()
+    monkeypatch.setattr(timing.time, "perf_counter", t)
+    monkeypatch.setattr(timing.time, "thread_time", HalfTime(t))
+    clock = Clock(torch.device("cpu"))
+    clock.action = "F0"
+    with clock.section("compress"):  # decompressing what F0 received
+        t.now += 0.2
+    with clock.section("compute"):
+        t.now += 1.0
+    with clock.section("compress"):  # compressing what it sends
+        t.now += 0.4
+    clock.action = None
+    clock.snapshot(1.6)
+    assert clock.action_steps == [{"F0": pytest.approx([0.2, 1.0, 0.4])}]
+    assert clock.cpu_action_steps == [{"F0": pytest.approx([0.1, 0.5, 0.2])}]
+
+
+def test_event_clocks_keep_no_cpu_costs():
+    t = FakeTime()
+    clock = Clock(torch.device("cpu"), event_factory=lambda: FakeEvent(t))
+    assert not clock.cpu_clock
+    _nested_step(clock, t)
+    assert "compute_cpu" not in clock.snapshot(1.5) and clock.cpu_action_steps == []
 
 
 def test_event_clock_resolves_once_per_step_with_the_same_split():
