@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TEMPLATE = REPO / "records" / "mpcbench-baselines" / "quick-cpu-2core.jsonl"
+TEMPLATE = REPO / "records" / "mpcbench-baselines" / "quick-cpu-2core-v2.jsonl"
 ENTRIES = 40
 COMPRESSORS = [
     "none",
