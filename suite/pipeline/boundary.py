@@ -106,7 +106,9 @@ def _carries_grad(t: Tensor) -> bool:
 def _same_device(t: Tensor, device: torch.device) -> bool:
     """``t`` lives on ``device`` (an index-less ``cuda`` matches any GPU index)."""
     d = t.device
-    return d.type == device.type and (device.index is None or d.index is None or d.index == device.index)
+    return d == device or (
+        d.type == device.type and (device.index is None or d.index is None or d.index == device.index)
+    )
 
 
 def _check_payload(payload: object, comp: Compressor, info: TensorInfo) -> Payload:

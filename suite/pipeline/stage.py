@@ -15,8 +15,8 @@ other stages or not.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any, Iterator, Protocol
+from contextlib import nullcontext
+from typing import Any, ContextManager, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -26,7 +26,7 @@ from tasks import Batch, Task, autocast
 from .boundary import Micro, Received, ReceiverEnd, SenderEnd, Sent, derive_seed
 from .timing import Clock
 
-__all__ = ["Stage", "GradSync", "NoSync"]
+__all__ = ["Stage", "GradSync", "NoSync", "keep_stage_rng"]
 
 
 class GradSync(Protocol):
@@ -37,19 +37,98 @@ class GradSync(Protocol):
     def after_backward(self, extra_params: list[nn.Parameter]) -> None: ...
 
 
+_NOTHING = nullcontext()
+
+
 class NoSync:
     """Single replica: nothing to synchronize."""
 
-    @contextmanager
-    def forward(self) -> Iterator[None]:
-        yield
+    def forward(self) -> ContextManager[None]:
+        return _NOTHING
 
-    @contextmanager
-    def backward(self, last: bool) -> Iterator[None]:
-        yield
+    def backward(self, last: bool) -> ContextManager[None]:
+        return _NOTHING
 
     def after_backward(self, extra_params: list[nn.Parameter]) -> None:
         pass
+
+
+class _RngHolder:
+    """Whose RNG state the process's generators hold (one per process): ``stage`` (None: the
+    process's own, ``outer``). Inside :func:`keep_stage_rng` a stage's state stays installed
+    from one of its actions to the next, so that a run of actions costs one swap in and one
+    out instead of two per action; it is swapped out as soon as another stage acts and when
+    the region ends. Between the actions of that region only the executor runs, which draws
+    no random numbers, so every stream sees the same draws as with a swap per action."""
+
+    def __init__(self) -> None:
+        self.stage: Stage | None = None
+        self.outer: dict[str, Tensor] = {}
+        self.depth = 0  # open own_rng blocks
+        self.keep = 0  # open keep_stage_rng regions
+
+    def install(self, st: Stage | None) -> None:
+        held = self.stage
+        if held is st:
+            return
+        if held is None:  # the process's own state, restored by install(None)
+            self.outer["cpu"] = torch.get_rng_state()
+            if "cuda" in st._rng:  # type: ignore[union-attr]
+                self.outer["cuda"] = torch.cuda.get_rng_state(st.device)  # type: ignore[union-attr]
+        else:  # the stage that held it gets its advanced state back
+            held._rng["cpu"] = torch.get_rng_state()
+            if "cuda" in held._rng:
+                held._rng["cuda"] = torch.cuda.get_rng_state(held.device)
+        if st is None:
+            torch.set_rng_state(self.outer.pop("cpu"))
+            if "cuda" in self.outer:
+                torch.cuda.set_rng_state(self.outer.pop("cuda"), held.device)  # type: ignore[union-attr]
+        else:
+            torch.set_rng_state(st._rng["cpu"])
+            if "cuda" in st._rng:
+                torch.cuda.set_rng_state(st._rng["cuda"], st.device)
+        self.stage = st
+
+
+_RNG = _RngHolder()
+
+
+class keep_stage_rng:  # noqa: N801 - used like a function: ``with keep_stage_rng():``
+    """Keep a stage's RNG state installed between its actions in this block (see _RngHolder)."""
+
+    def __enter__(self) -> None:
+        _RNG.keep += 1
+
+    def __exit__(self, *exc: object) -> None:
+        _RNG.keep -= 1
+        if not _RNG.keep and not _RNG.depth:
+            _RNG.install(None)
+
+
+class _Acting:
+    """What :meth:`Stage.own_rng` returns (a class: cheaper than a generator context manager,
+    and entered twice per micro-batch and stage)."""
+
+    __slots__ = ("stage", "action", "previous")
+
+    def __init__(self, stage: Stage, action: str | None) -> None:
+        self.stage, self.action = stage, action
+
+    def __enter__(self) -> None:
+        self.previous = _RNG.stage
+        _RNG.install(self.stage)
+        _RNG.depth += 1
+        if self.action is not None:
+            self.stage.clock.action = self.action
+
+    def __exit__(self, *exc: object) -> None:
+        if self.action is not None:
+            self.stage.clock.action = None
+        _RNG.depth -= 1
+        if _RNG.depth:  # nested in another stage's block: give that one its stream back
+            _RNG.install(self.previous)
+        elif not _RNG.keep:
+            _RNG.install(None)
 
 
 class Stage:
@@ -112,35 +191,15 @@ class Stage:
             torch.cuda.set_rng_state(outer, self.device)
         return state
 
-    @contextmanager
-    def own_rng(self) -> Iterator[None]:
-        outer = torch.get_rng_state()
-        torch.set_rng_state(self._rng["cpu"])
-        if "cuda" in self._rng:
-            outer_cuda = torch.cuda.get_rng_state(self.device)
-            torch.cuda.set_rng_state(self._rng["cuda"], self.device)
-        try:
-            yield
-        finally:
-            self._rng["cpu"] = torch.get_rng_state()
-            torch.set_rng_state(outer)
-            if "cuda" in self._rng:
-                self._rng["cuda"] = torch.cuda.get_rng_state(self.device)
-                torch.cuda.set_rng_state(outer_cuda, self.device)
-
-    # --- schedule actions --------------------------------------------------------------------
-    @contextmanager
-    def _action(self, label: str) -> Iterator[None]:
-        """Charge the clock's sections to schedule action ``label`` (the network model's inputs)."""
-        self.clock.action = label
-        try:
-            yield
-        finally:
-            self.clock.action = None
+    def own_rng(self, action: str | None = None) -> _Acting:
+        """``with stage.own_rng():`` runs the block on this stage's RNG stream (CPU, and CUDA on a
+        GPU), restoring the process's afterwards; ``action`` also charges the clock's sections
+        in the block to that schedule action (``F3``: the network model's inputs)."""
+        return _Acting(self, action)
 
     def forward(self, m: int, batch: Batch, micro: Micro) -> None:
         """F(m): receive (or read) the input, run the module, send (or compute the loss)."""
-        with self.own_rng(), self._action(f"F{m}"):
+        with self.own_rng(f"F{m}"):
             if self.upstream is not None:
                 x, received = self.upstream.receive_activation(micro)
             else:
@@ -159,7 +218,7 @@ class Stage:
     def backward(self, m: int, micro: Micro) -> None:
         """B(m): receive the output gradient (or start from the loss), backpropagate, send."""
         out, received = self._saved.pop(m)
-        with self.own_rng(), self._action(f"B{m}"):
+        with self.own_rng(f"B{m}"):
             if self.is_last:
                 roots, grads = (out,), None
             else:

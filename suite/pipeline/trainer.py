@@ -29,7 +29,7 @@ from .errors import RunTimeout
 from .placement import Placement
 from .plan import resolve_plan
 from .schedules import Action, Kind, Schedule, build_schedule
-from .stage import Stage
+from .stage import Stage, keep_stage_rng
 from .timing import Clock
 from .transport import DistTransport, LocalTransport, Transport
 
@@ -204,7 +204,8 @@ def train(
         def run(a: Action) -> None:
             STAGE_METHODS[a.kind](stages[a.stage], a.microbatch, mbs[a.microbatch], micros[a.microbatch])
 
-        execute(schedule, run, transport, placement)
+        with keep_stage_rng():  # one RNG swap per stage and step instead of two per action
+            execute(schedule, run, transport, placement)
         for st in stages.values():
             st.finish_step()
         transport.flush()
