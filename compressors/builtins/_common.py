@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
 import torch
 from torch import Tensor
 
-from ..api import TensorInfo, check_finite
+from ..api import CompressorError, TensorInfo, check_finite
 
 __all__ = [
     "device_generator",
@@ -208,13 +210,13 @@ class DeferredCheck:
     """
 
     def __init__(self) -> None:
-        self._pending: tuple[Tensor, object, TensorInfo, object] | None = None
+        self._pending: tuple[Tensor, Any, TensorInfo, Callable[[TensorInfo], str]] | None = None
 
-    def check(self, summary: Tensor, info: TensorInfo, message) -> None:
+    def check(self, summary: Tensor, info: TensorInfo, message: Callable[[TensorInfo], str]) -> None:
         self.flush()
         if summary.device.type != "cuda":
             if not bool(torch.isfinite(summary).all()):
-                raise _error(message(info))
+                raise CompressorError(message(info))
             return
         flag = (~torch.isfinite(summary)).any().reshape(1)
         host = torch.empty(1, dtype=torch.bool, pin_memory=True)
@@ -230,10 +232,4 @@ class DeferredCheck:
             host, event, info, message = pending
             event.synchronize()
             if bool(host[0]):
-                raise _error(message(info))
-
-
-def _error(text: str) -> Exception:
-    from ..api import CompressorError
-
-    return CompressorError(text)
+                raise CompressorError(message(info))
