@@ -4,7 +4,17 @@ Write a plugin by subclassing :class:`Compressor` and decorating it with
 ``@register("name")``; see ``docs/writing-a-compressor.md``.
 """
 
-from .api import Compressor, CompressorError, Payload, TensorInfo, TensorRole, chain, check_finite, payload_nbytes
+from .api import (
+    Compressor,
+    CompressorError,
+    Payload,
+    TensorInfo,
+    TensorRole,
+    chain,
+    check_finite,
+    completed,
+    payload_nbytes,
+)
 from .registry import (
     ENTRY_POINT_GROUP,
     available,
@@ -29,6 +39,7 @@ __all__ = [
     "TensorInfo",
     "TensorRole",
     "chain",
+    "completed",
     "check_finite",
     "payload_nbytes",
     "ENTRY_POINT_GROUP",

@@ -32,6 +32,7 @@ __all__ = [
     "CompressorError",
     "payload_nbytes",
     "chain",
+    "completed",
     "check_finite",
     "did_you_mean",
 ]
@@ -145,6 +146,13 @@ def chain(fut: torch.futures.Future, fn: Callable[[Any], Any]) -> torch.futures.
             out.set_result(r)
 
     fut.add_done_callback(step)
+    return out
+
+
+def completed(value: Any) -> torch.futures.Future:
+    """A Future that already holds ``value`` (for a reduction that finished synchronously)."""
+    out: torch.futures.Future = torch.futures.Future()
+    out.set_result(value)
     return out
 
 

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 from torch.futures import Future
 
-from ..api import AllReduce, Compressor, CompressorError, Payload, TensorInfo, chain, check_finite
+from ..api import AllReduce, Compressor, CompressorError, Payload, TensorInfo, chain, check_finite, completed
 from ..registry import check_range, register
 from ._common import matrix_shape, require_finite
 
@@ -64,12 +64,6 @@ def _views(flat: Tensor, shapes: Sequence[tuple[int, int]]) -> list[Tensor]:
     return out
 
 
-def _done(value: Any) -> Future:
-    f: Future = Future()
-    f.set_result(value)
-    return f
-
-
 def _accepts_async(fn: Callable[..., Any]) -> bool:
     try:
         params = inspect.signature(fn).parameters.values()
@@ -88,9 +82,9 @@ class _Launch:
 
     def __call__(self, t: Tensor) -> Future:
         if self.synchronous:
-            return _done(self.fn(t))
+            return completed(self.fn(t))
         r = self.fn(t, async_op=True)
-        return r if isinstance(r, Future) else _done(r)
+        return r if isinstance(r, Future) else completed(r)
 
 
 @dataclass(frozen=True)
@@ -104,6 +98,10 @@ class _Layout:
     @property
     def p_shapes(self) -> list[tuple[int, int]]:
         return [(n, r) for _, n, _, r in self.mats]
+
+    @property
+    def m_shapes(self) -> list[tuple[int, int]]:
+        return [(n, m) for _, n, m, _ in self.mats]
 
     @property
     def q_shapes(self) -> list[tuple[int, int]]:
@@ -298,12 +296,12 @@ class PowerSGD(Compressor):
         ef = self.error_feedback and training
         mats = [x[o : o + n * m].view(n, m) for o, n, m, _ in lay.mats]
         if ef and st.e is not None:  # M_i + e_i
-            for mv, ev in zip(mats, _views(st.e, [(n, m) for _, n, m, _ in lay.mats])):
+            for mv, ev in zip(mats, _views(st.e, lay.m_shapes)):
                 mv.add_(ev)
 
         # uncompressed values: one all-reduce, launched first (it needs no computation)
         if not lay.plain:
-            plain_fut = _done(None)
+            plain_fut = completed(None)
         elif len(lay.plain) == 1:  # one range of the bucket: reduced in place, no copy
             a, k = lay.plain[0]
             plain_fut = launch(x[a : a + k])
@@ -312,7 +310,7 @@ class PowerSGD(Compressor):
         count_fut = launch(torch.ones(1, dtype=x.dtype, device=x.device)) if info.replicas is None else None
 
         if not mats:
-            mats_fut = _done(None)
+            mats_fut = completed(None)
         else:
             q = self._start_q(st, lay, info, x)
             p = torch.empty(sum(n * r for _, n, _, r in lay.mats), dtype=x.dtype, device=x.device)
@@ -360,7 +358,7 @@ class PowerSGD(Compressor):
                 e = None
                 if ef:
                     e = st.e if st.e is not None else torch.empty(lay.e_size, dtype=x.dtype, device=x.device)
-                es = _views(e, [(n, m) for _, n, m, _ in lay.mats]) if e is not None else [None] * len(mats)
+                es = _views(e, lay.m_shapes) if e is not None else [None] * len(mats)
                 for mv, pv, qv, ev in zip(mats, _views(psum, lay.p_shapes), _views(qsum, lay.q_shapes), es):
                     if ev is not None:
                         ev.copy_(mv)  # M_i + e_i

@@ -47,7 +47,6 @@ from .record_builder import ResultError, _now, build_record, check_result, faile
 __all__ = ["run_cell", "execute", "interpret", "child_entry", "DEFAULT_RUNTIME", "log_path_for", "one_line"]
 
 DEFAULT_RUNTIME = "suite.pipeline.runtime:run"
-REPO_ROOT = Path(__file__).resolve().parents[2]
 KILL_GRACE_S = 5.0
 
 

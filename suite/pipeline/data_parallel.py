@@ -56,7 +56,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from compressors.api import Compressor, TensorInfo, TensorRole, chain
+from compressors.api import Compressor, TensorInfo, TensorRole, chain, completed
 from compressors.builtins.baseline import NoCompression
 from compressors.registry import build
 from compressors.spec import Spec
@@ -144,12 +144,6 @@ def _settle(out: torch.futures.Future, done: torch.futures.Future, value: Tensor
         out.set_exception(e)
         return
     out.set_result(value)
-
-
-def _completed(value: Tensor) -> torch.futures.Future:
-    f: torch.futures.Future = torch.futures.Future()
-    f.set_result(value)
-    return f
 
 
 class CompressedReduce:
@@ -291,8 +285,8 @@ class CompressedReduce:
                         fut.add_done_callback(lambda _: self._seq.finish(unit))
                         pending = True
                         return fut
-                    return _completed(_check_output(out, comp, info, what="reduce"))
-            return _completed(self._reduce_payloads(x, comp, info, unit))
+                    return completed(_check_output(out, comp, info, what="reduce"))
+            return completed(self._reduce_payloads(x, comp, info, unit))
         finally:
             if not pending:
                 self._seq.finish(unit)

@@ -98,33 +98,34 @@ class Clock:
         """Turn this step's closed sections into exclusive seconds (events: one sync)."""
         if not self._closed:
             return
+        closed, self._closed = self._closed, []
         if self._event_factory is not None:
-            self._closed[-1].end.synchronize()  # events complete in stream order: the last one covers all
-            for sec in self._closed:
-                sec.elapsed = sec.start.elapsed_time(sec.end) / 1000.0
+            closed[-1].end.synchronize()  # events complete in stream order: the last one covers all
+            spans = [sec.start.elapsed_time(sec.end) / 1000.0 for sec in closed]
+            for sec in closed:
                 self._free += (sec.start, sec.end)
         else:
-            for sec in self._closed:
-                sec.elapsed = sec.end - sec.start
-        cpu = self.cpu_clock
-        for sec in self._closed:  # children were closed before their parents; subtract them
+            spans = [sec.end - sec.start for sec in closed]
+        self._charge(closed, spans, self.current, self.current_actions)
+        if self.cpu_clock:
+            cpu = [sec.cpu_end - sec.cpu_start for sec in closed]
+            self._charge(closed, cpu, self.current_cpu, self.current_cpu_actions)
+
+    def _charge(
+        self, closed: list[_Section], spans: list[float], totals: dict[str, float], actions: dict[str, list[float]]
+    ) -> None:
+        """Add each section's exclusive share of ``spans`` (its own span minus its children's;
+        children close before their parents) to ``totals`` per section and ``actions`` per action."""
+        child: dict[int, float] = {}
+        for sec, span in zip(closed, spans):
             if sec.parent is not None:
-                sec.parent.child += sec.elapsed
-                if cpu:
-                    sec.parent.cpu_child += sec.cpu_end - sec.cpu_start
+                child[id(sec.parent)] = child.get(id(sec.parent), 0.0) + span
         computed: set[str] = set()  # actions whose compute section has closed (close order)
-        cpu_computed: set[str] = set()
-        for sec in self._closed:
-            own = sec.elapsed - sec.child
-            self.current[sec.name] += own
+        for sec, span in zip(closed, spans):
+            own = span - child.get(id(sec), 0.0)
+            totals[sec.name] += own
             if sec.action is not None:
-                self._charge_action(self.current_actions, sec, own, computed)
-            if cpu:
-                own_cpu = (sec.cpu_end - sec.cpu_start) - sec.cpu_child
-                self.current_cpu[sec.name] += own_cpu
-                if sec.action is not None:
-                    self._charge_action(self.current_cpu_actions, sec, own_cpu, cpu_computed)
-        self._closed = []
+                self._charge_action(actions, sec, own, computed)
 
     @staticmethod
     def _charge_action(rows: dict[str, list[float]], sec: _Section, own: float, computed: set[str]) -> None:
@@ -169,21 +170,9 @@ class _Section:
     """One timed block, a context manager (a class: cheaper than a generator per message).
 
     Closed sections wait in ``clock._closed`` until the step ends; ``start``/``end`` are host
-    seconds or CUDA events, ``child`` the time of the sections nested in it."""
+    seconds or CUDA events (``cpu_start``/``cpu_end``: thread CPU seconds, CPU device only)."""
 
-    __slots__ = (
-        "clock",
-        "name",
-        "start",
-        "end",
-        "parent",
-        "child",
-        "elapsed",
-        "action",
-        "cpu_start",
-        "cpu_end",
-        "cpu_child",
-    )
+    __slots__ = ("clock", "name", "start", "end", "parent", "action", "cpu_start", "cpu_end")
 
     def __init__(self, clock: Clock, name: str) -> None:
         self.clock, self.name = clock, name
@@ -191,7 +180,6 @@ class _Section:
     def __enter__(self) -> None:
         c = self.clock
         self.parent = c._stack[-1] if c._stack else None
-        self.child = self.cpu_child = 0.0
         self.action = c.action
         c._stack.append(self)
         if c.cpu_clock:

@@ -41,6 +41,8 @@ def load_spread(path: str | Path = SPREAD_FILE) -> list[dict[str, Any]]:
 
 
 def _std(values: list[float]) -> float:
+    """Sample standard deviation. (Not ``statistics.stdev``: the Streamlit app runs with
+    ``leaderboard/`` on ``sys.path``, where ``statistics`` is ``leaderboard/statistics.py``.)"""
     m = sum(values) / len(values)
     return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
 
@@ -85,7 +87,8 @@ def measure_spread(records: Iterable[Mapping[str, Any]], known: list[dict[str, A
             measured_tier_budget=True,
             source=(
                 f"none, seeds {','.join(seeds)}, {run.get('steps')} steps, "
-                f"{machine.get('cpu_count', '?')}-core {machine.get('cpu', '?')} {machine.get('device', 'CPU')}, "
+                f"{machine.get('cpu_count', '?')}-core {machine.get('cpu', '?')} "
+                f"{'with ' + str(machine['gpu']) if machine.get('gpu') else 'CPU'}, "
                 f"commit {commit}, {day}"
             ),
         )
