@@ -186,7 +186,8 @@ def _network_controls(sb, profiles: list[str]) -> tuple[str | None, Link | None,
         index=options.index(default),
         key="network",
         on_change=_preset_changed,
-        help="A named profile uses the times modeled when the record was written; "
+        help="A named profile uses the times modeled when the record was written (re-modeled "
+        "from its stored inputs if an older network model wrote them); "
         "'custom' re-models every record at the sliders' link.",
     )
     prof = PROFILES.get(preset)

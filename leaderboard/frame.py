@@ -20,6 +20,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from leaderboard.networks import network_profiles
+from suite.results import network as model
 from suite.results.records import DIRECTIONS  # the record schema's byte directions
 
 __all__ = [
@@ -182,6 +183,26 @@ def _spec_label(specs: dict[str, Any], fallback: str) -> str:
     return ",".join(f"{short[d]}={v}" for d, v in resolved.items() if v and not (d == "dp" and v == "none"))
 
 
+def _modeled(r: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    """(the record's modeled times per profile, the model version they come from). A record
+    written by an older network model (``model_version`` below
+    :data:`suite.results.network.MODEL_VERSION`, or none) is re-modeled here from its stored
+    ``timing_inputs`` at its named profiles, so the board ranks every record by one model;
+    a record without usable inputs keeps its stored times (its version: NaN if unknown)."""
+    stored = _dict(r.get("modeled"))
+    version = r.get("model_version")
+    version = version if isinstance(version, int) and not isinstance(version, bool) else None
+    timing = r.get("timing_inputs")
+    if version == model.MODEL_VERSION or not isinstance(timing, dict):
+        return stored, math.nan if version is None else float(version)
+    profiles = {p: model.PROFILES[p] for p in stored if p in model.PROFILES}
+    try:
+        fresh = model.model_run(model.TimingInputs.from_dict(timing), profiles)
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # untrusted stored inputs
+        return stored, math.nan if version is None else float(version)
+    return {**stored, **fresh}, float(model.MODEL_VERSION)
+
+
 def to_frame(records: Iterable[dict[str, Any]], *, details: bool = True) -> pd.DataFrame:
     """One row per record, flattened for pandas.
 
@@ -203,7 +224,8 @@ def to_frame(records: Iterable[dict[str, Any]], *, details: bool = True) -> pd.D
       (``mpcbench run --link``): ``link``, ``measured_link_step_s`` and ``modeled_link_step_s`` (the
       network model for the same link; NaN / ``""`` for runs without one);
       modeled ``time_to_target_s@<profile>`` (NaN: target not reached) and ``total_s@<profile>``
-      for every network profile present in any record.
+      for every network profile present in any record, by the current network model
+      (``model_version``; older records are re-modeled from their inputs, see :func:`_modeled`).
     - ``warnings`` (list of one-line strings, e.g. a payload larger than the raw tensor; see
       ``suite.bench.record_builder.expansion_warnings``) and ``n_warnings`` (its length).
     - run / provenance: ``spec_forward, spec_backward, spec_dp, n_stages, dp, microbatches,
@@ -342,7 +364,8 @@ def _flatten(r: dict[str, Any], details: bool = True) -> dict[str, Any]:
     row["link"] = _str(net.get("link"))
     row["measured_link_step_s"] = _num(_dict(net.get("measured")).get("step_s"))
     row["modeled_link_step_s"] = _num(_dict(_dict(net.get("modeled")).get("as_emulated")).get("step_s"))
-    for prof, m in _dict(r.get("modeled")).items():
+    modeled, row["model_version"] = _modeled(r)
+    for prof, m in modeled.items():
         m = _dict(m)
         row[f"time_to_target_s@{prof}"] = _num(m.get("time_to_target_s"))
         row[f"total_s@{prof}"] = _num(m.get("total_s"))

@@ -39,7 +39,7 @@ from suite.results.records import RecordError, validate_record
 
 __all__ = ["Index", "load_index", "load_details", "load_records", "default_index_dir", "HEAVY_COLUMNS", "INDEX_VERSION"]
 
-INDEX_VERSION = 1  # bump when the row layout changes: every index is rebuilt
+INDEX_VERSION = 2  # bump when the row layout changes: every index is rebuilt
 HEAVY_COLUMNS = ("timing_inputs",)  # in the file, but read only for the rows that need it
 _DETAIL_FIELDS = ("curve", "config", "provenance")
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from suite.pipeline.config import CellConfig
 from suite.pipeline.result import RunResult
+from suite.results.network import MODEL_VERSION
 from suite.results.records import DIRECTIONS, SCHEMA, validate_record
 
 __all__ = ["build_record", "failed_record", "compression_ratios", "expansion_warnings", "check_result", "ResultError"]
@@ -35,6 +36,7 @@ _METRIC_KEYS = (
     "compression_ratio",
     "time",
     "modeled",
+    "model_version",
     "run",
     "stage_times",
     "compressor_state_bytes",
@@ -191,6 +193,7 @@ def build_record(
             "time": asdict(r.time),
             "wall_s": float(wall_s),
             "modeled": {p: dict(m) for p, m in r.modeled.items()},
+            "model_version": MODEL_VERSION,  # which network model computed "modeled"
             "run": {
                 "steps": r.steps,
                 "n_stages": r.n_stages,

@@ -75,6 +75,9 @@ class Clock:
         self.cpu_action_steps: list[dict[str, list[float]]] = []
         self.current_cpu: dict[str, float] = defaultdict(float)  # per section, thread CPU seconds
 
+        if event_factory is None and not self._sync_device:
+            self._stamp = time.perf_counter  # the common CPU case: no Python frame per stamp
+
     @property
     def uses_events(self) -> bool:
         return self._event_factory is not None
@@ -106,39 +109,51 @@ class Clock:
                 self._free += (sec.start, sec.end)
         else:
             spans = [sec.end - sec.start for sec in closed]
-        self._charge(closed, spans, self.current, self.current_actions)
+        columns = [(spans, self.current, self.current_actions)]
         if self.cpu_clock:
             cpu = [sec.cpu_end - sec.cpu_start for sec in closed]
-            self._charge(closed, cpu, self.current_cpu, self.current_cpu_actions)
-
-    def _charge(
-        self, closed: list[_Section], spans: list[float], totals: dict[str, float], actions: dict[str, list[float]]
-    ) -> None:
-        """Add each section's exclusive share of ``spans`` (its own span minus its children's;
-        children close before their parents) to ``totals`` per section and ``actions`` per action."""
-        child: dict[int, float] = {}
-        for sec, span in zip(closed, spans):
-            if sec.parent is not None:
-                child[id(sec.parent)] = child.get(id(sec.parent), 0.0) + span
-        computed: set[str] = set()  # actions whose compute section has closed (close order)
-        for sec, span in zip(closed, spans):
-            own = span - child.get(id(sec), 0.0)
-            totals[sec.name] += own
-            if sec.action is not None:
-                self._charge_action(actions, sec, own, computed)
+            columns.append((cpu, self.current_cpu, self.current_cpu_actions))
+        self._charge(closed, columns)
 
     @staticmethod
-    def _charge_action(rows: dict[str, list[float]], sec: _Section, own: float, computed: set[str]) -> None:
-        row = rows.setdefault(sec.action, [0.0, 0.0, 0.0])
-        if sec.parent is not None or sec.name in ("compute", "optimizer"):
-            if sec.name != "comm":  # nested work (a data-parallel hook inside the backward) is compute
-                row[1] += own
-            if sec.name == "compute" and sec.parent is None:
-                computed.add(sec.action)
-        elif sec.action in computed:
-            row[2] += own  # compression / framing of what the action sends
-        elif sec.name == "compress":
-            row[0] += own  # decompression of what it received (the receive's wait is excluded)
+    def _charge(
+        closed: list[_Section], columns: list[tuple[list[float], dict[str, float], dict[str, list[float]]]]
+    ) -> None:
+        """Per clock (wall, and thread CPU where kept): add each section's exclusive share of its
+        span (its own span minus its children's; children close before their parents) to the
+        clock's totals per section and its rows per action."""
+        # which part of its action a section is: 0 pre (decompressing what it received; the
+        # receive's wait is left out), 1 compute (nested work such as a data-parallel hook
+        # inside the backward too), 2 post (compressing / framing what it sends), None: no part
+        slots: list[int | None] = []
+        computed: set[str] = set()  # actions whose compute section has closed (close order)
+        for sec in closed:
+            slot = None
+            if sec.action is not None:
+                if sec.parent is not None or sec.name in ("compute", "optimizer"):
+                    if sec.name != "comm":
+                        slot = 1
+                    if sec.name == "compute" and sec.parent is None:
+                        computed.add(sec.action)
+                elif sec.action in computed:
+                    slot = 2
+                elif sec.name == "compress":
+                    slot = 0
+            slots.append(slot)
+        for spans, totals, actions in columns:
+            child: dict[int, float] = {}
+            for sec, span in zip(closed, spans):
+                if sec.parent is not None:
+                    child[id(sec.parent)] = child.get(id(sec.parent), 0.0) + span
+            for sec, span, slot in zip(closed, spans, slots):
+                own = span - child.get(id(sec), 0.0)
+                totals[sec.name] += own
+                if sec.action is not None:
+                    row = actions.get(sec.action)
+                    if row is None:
+                        row = actions[sec.action] = [0.0, 0.0, 0.0]
+                    if slot is not None:
+                        row[slot] += own
 
     def snapshot(self, wall_s: float) -> dict[str, float]:
         """Close the current step: store its per-section seconds and its wall time."""

@@ -15,8 +15,13 @@ per-stage action lists the runtime executed (stored in the record), with:
   reached the sender; the receiver posts message ``i + 1`` only when message ``i`` arrived
   (a length prefix, then the body), the first one when the action starts (or, with
   ``protocol.post_ahead``, when the previous action starts);
-* **links** between neighbouring stages that carry one message at a time per direction
-  (FIFO in the order messages become ready; control messages queue like data).
+* **streams** between two ranks that carry one message at a time per direction (FIFO in the
+  order messages become ready; control messages queue like data: one TCP connection);
+* **hosts**: every pipeline rank is a host with one full-duplex NIC of the profile's bandwidth
+  each way. The messages on the wire at one moment share the NICs they cross, max-min fairly:
+  a middle stage that sends activations forward while it sends gradients back sends each at
+  half the rate (on the emulated links of ``--link`` this took the 4-stage cell's error from
+  1.08-1.13 to 1.00-1.06; docs/ARCHITECTURE.md).
 
 A stage runs its actions in order; a send does not block it (asynchronous sends). After its
 last action a stage reduces its gradients across data-parallel replicas (ring collectives,
@@ -47,6 +52,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 __all__ = [
+    "MODEL_VERSION",
     "NetworkProfile",
     "PROFILES",
     "IDEAL",
@@ -71,11 +77,18 @@ __all__ = [
 ]
 
 
+# Which model computed a record's ``modeled`` times (stored next to them as ``model_version``);
+# bump it when the same inputs give other times. 1: closed form; 2: the simulation with one
+# link per pair of ranks; 3: ranks' NICs shared by their concurrent messages. The leaderboard
+# re-models records written by an older model, so one board never mixes two models.
+MODEL_VERSION = 3
+
+
 @dataclass(frozen=True)
 class NetworkProfile:
     """A network between neighbouring stages (and between data-parallel replicas).
 
-    bandwidth_bps: link bandwidth in bits per second (each direction; full duplex).
+    bandwidth_bps: each host's NIC bandwidth in bits per second (each direction; full duplex).
     latency_s: one-way latency per message in seconds.
     """
 
@@ -210,10 +223,11 @@ def _parse_action(a: str) -> tuple[int, str, int]:
 
 
 class _Link:
-    """One direction between two ranks: one message at a time, FIFO by ready time."""
+    """One direction between two ranks (one TCP stream): one message at a time, FIFO by ready
+    time. A message's bytes move through the :class:`_Fabric` (the two ranks' NICs)."""
 
-    def __init__(self, sim: _Sim) -> None:
-        self.sim = sim
+    def __init__(self, sim: _Sim, src: int, dst: int) -> None:
+        self.sim, self.src, self.dst = sim, src, dst
         self.busy = False
         self.queue: deque[tuple[float, Callable[[float], None]]] = deque()
 
@@ -225,14 +239,91 @@ class _Link:
     def _start(self) -> None:
         nbytes, on_arrival = self.queue.popleft()
         self.busy = True
-        done = self.sim.now + self.sim.net.serialize_s(nbytes)
-        self.sim.at(done, self._done)
-        self.sim.at(done + self.sim.net.latency_s, on_arrival)
+
+        def done(t: float) -> None:
+            self.sim.at(t + self.sim.net.latency_s, on_arrival)
+            self._done(t)
+
+        self.sim.fabric.send(self.src, self.dst, nbytes, done)
 
     def _done(self, t: float) -> None:
         self.busy = False
         if self.queue:
             self._start()
+
+
+class _Fabric:
+    """Every rank's NIC: full duplex, ``bandwidth`` out and ``bandwidth`` in. The messages
+    on the wire at one moment share each NIC equally (max-min fair, as concurrent TCP streams
+    through one queue do): a middle stage sending activations forward and gradients back at
+    once sends each at half the rate."""
+
+    def __init__(self, sim: _Sim) -> None:
+        self.sim = sim
+        self.rate_cap = sim.net.bandwidth_bps / 8.0  # bytes per second per NIC and direction
+        self.flows: dict[int, list[Any]] = {}  # id -> [bytes left, src, dst, done, rate]
+        self._ids = 0
+        self._updated = 0.0
+        self._version = 0  # a completion event scheduled before the last change is stale
+
+    def send(self, src: int, dst: int, nbytes: float, done: Callable[[float], None]) -> None:
+        if nbytes <= 0 or self.rate_cap == math.inf:
+            done(self.sim.now)
+            return
+        self._advance()
+        self._ids += 1
+        self.flows[self._ids] = [float(nbytes), src, dst, done, 0.0]
+        self._reschedule()
+
+    def _advance(self) -> None:
+        """Move every flow's bytes on to now at its current rate."""
+        dt = self.sim.now - self._updated
+        if dt > 0:
+            for f in self.flows.values():
+                f[0] -= f[4] * dt
+        self._updated = self.sim.now
+
+    def _rates(self) -> None:
+        """Max-min fair rates by progressive filling over the NICs (``("out", rank)``, ``("in", rank)``)."""
+        users: dict[tuple[str, int], list[list[Any]]] = {}
+        for f in self.flows.values():
+            users.setdefault(("out", f[1]), []).append(f)
+            users.setdefault(("in", f[2]), []).append(f)
+        cap = dict.fromkeys(users, self.rate_cap)
+        frozen: set[int] = set()
+        while len(frozen) < len(self.flows):
+            share, nic = min(
+                (cap[n] / k, n) for n, fs in users.items() if (k := sum(1 for f in fs if id(f) not in frozen))
+            )
+            for f in users[nic]:
+                if id(f) in frozen:
+                    continue
+                f[4] = share
+                frozen.add(id(f))
+                for other in (("out", f[1]), ("in", f[2])):
+                    if other != nic:
+                        cap[other] -= share
+            cap[nic] = 0.0
+
+    def _reschedule(self) -> None:
+        self._rates()
+        self._version += 1
+        if self.flows:
+            t = self.sim.now + min(f[0] / f[4] for f in self.flows.values())
+            self.sim.at(t, lambda t, v=self._version: self._complete(v))
+
+    def _complete(self, version: int) -> None:
+        if version != self._version:
+            return
+        self._advance()
+        # the flow(s) due now; a relative tolerance absorbs the rounding of rate * dt
+        finished = [k for k, f in self.flows.items() if f[0] <= 1e-9 * max(1.0, f[4])]
+        if not finished:  # rounding left a sliver: finish the closest one
+            finished = [min(self.flows, key=lambda k: self.flows[k][0] / self.flows[k][4])]
+        dones = [self.flows.pop(k)[3] for k in finished]
+        self._reschedule()
+        for done in dones:
+            done(self.sim.now)
 
 
 class _Message:
@@ -263,6 +354,7 @@ class _Sim:
                     raise ValueError(f"schedule action {st}{kind} names stage {st}, not one of this rank's stages")
         self.stages, self.load = stages, load
         self.links: dict[tuple[int, int], _Link] = {}
+        self.fabric = _Fabric(self)
         self.msgs: dict[tuple[int, int, str, int], list[_Message]] = {}  # (src stage, dst stage, kind, m)
         # post_ahead: (rank, action index) -> {"t": arrival of its payload or None, "waiter": callback}
         self.early: dict[tuple[int, int], dict[str, Any]] = {}
@@ -300,7 +392,7 @@ class _Sim:
         if a == b:
             return None  # both stages on one rank: handed over in memory
         if (a, b) not in self.links:
-            self.links[(a, b)] = _Link(self)
+            self.links[(a, b)] = _Link(self, a, b)
         return self.links[(a, b)]
 
     def _payload(self, src: int, dst: int, kind: str, m: int) -> list[_Message]:

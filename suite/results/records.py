@@ -22,6 +22,7 @@ Example (abridged)::
               "total_train_s": 12.0, "total_eval_s": 1.0},
      "wall_s": 14.0,
      "modeled": {"1Gbps": {"step_s": 0.2, "total_s": 40.0, "time_to_target_s": 24.0, "comm_s_per_step": 0.1}},
+     "model_version": 3,
      "run": {"steps": 200, "n_stages": 4, "dp": 1, "microbatches": 4, "schedule": "1f1b",
              "mode": "single", "device": "cpu"},
      "config": {...CellConfig.to_dict()...},
@@ -262,6 +263,9 @@ def _check_plausible(record: dict[str, Any]) -> None:
     for k, v in record["time"].items():
         _num_in(v, 0.0, MAX_SECONDS, f"time.{k}", optional=True)
     _num_in(record.get("wall_s"), 0.0, MAX_SECONDS, "wall_s", optional=True)
+    mv = record.get("model_version")
+    if mv is not None and (not isinstance(mv, int) or isinstance(mv, bool) or not 1 <= mv <= 1000):
+        raise RecordError(f"model_version must be a positive integer (suite.results.network.MODEL_VERSION), got {mv!r}")
     for prof, m in record["modeled"].items():
         if not isinstance(m, dict):
             raise RecordError(f"modeled.{prof} must be an object")

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from suite.pipeline.config import CellConfig, CompressionPlan
+from suite.results.network import MODEL_VERSION
 from suite.results.records import SCHEMA, validate_record
 
 TASKS = {
@@ -125,6 +126,7 @@ def make_record(task: str = "cifar10", compressor: str = "none", seed: int = 0, 
         },
         "wall_s": step_s * steps + 1.0,
         "modeled": modeled,
+        "model_version": MODEL_VERSION,  # the hand-made times above stand as the current model's
         "timing_inputs": timing_inputs,
         "run": {
             "steps": steps,

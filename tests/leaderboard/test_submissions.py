@@ -127,6 +127,8 @@ def test_malformed_yaml_and_bad_entry_fields(tmp_path, lb):
         ({"bytes": {"forward": {"raw": -1, "wire": 0}}}, "bytes.forward.raw must be a non-negative integer"),
         ({"schema": "mpcbench.record/0"}, "schema must be 'mpcbench.record/1'"),
         ({"status": "failed", "error": "two\nlines"}, "'error' must be one line"),
+        ({"model_version": "3"}, "model_version must be a positive integer"),
+        ({"model_version": 0}, "model_version must be a positive integer"),
     ],
 )
 def test_wrong_types_and_huge_values_are_rejected(tmp_path, lb, override, reason):

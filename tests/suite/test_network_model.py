@@ -106,6 +106,21 @@ def test_a_late_receiver_delays_the_send_and_links_carry_one_message_at_a_time()
     assert both[1] == pytest.approx(0.002)  # two messages serialized on one direction
 
 
+def test_messages_on_the_wire_at_once_share_a_nic_and_the_two_directions_do_not():
+    net = NetworkProfile("n", 8e6, 0.0)  # 1 byte per us: a 1000-byte message alone takes 1 ms
+    zero = StageCost({"F": ActionCost(0, 0, 0), "B": ActionCost(0, 0, 0)}, 0)
+    ahead = PROTOCOLS["preposted"]  # every receive posted at once, so the messages overlap
+    # two stages sending to each other at once: full duplex, both arrive after 1 ms
+    pair = simulate_step([["0F0", "0B1"], ["1B1", "1F0"]], [zero] * 2, StepLoad((LinkLoad(1000, 1000),)), net, ahead)
+    assert pair == pytest.approx([0.001, 0.001])
+    # the middle stage of three receives F0 from stage 0 and B1 from stage 2 at once (its NIC's
+    # way in, half the rate each: both land at 2 ms), then sends F0 on and B1 back at once
+    # (its way out, half the rate each: both land at 4 ms); alone, each would take 1 ms
+    load = StepLoad((LinkLoad(1000, 1000), LinkLoad(1000, 1000)))
+    ends = simulate_step([["0F0", "0B1"], ["1F0", "1B1"], ["2B1", "2F0"]], [zero] * 3, load, net, ahead)
+    assert ends == pytest.approx([0.004, 0.002, 0.004])
+
+
 def test_protocols_order_and_monotonicity():
     sched = _schedule("1f1b", 4, 8)
     stages = [_stage(0.004, 0.008, 0.0005, 0.0005, 0.002)] * 4
