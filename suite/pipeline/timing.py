@@ -26,6 +26,7 @@ wait for it. Two ways to fix that:
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from typing import Any, Callable
@@ -38,6 +39,7 @@ __all__ = ["Clock", "SECTIONS", "CLOCK_ENV"]
 
 SECTIONS = ("compute", "compress", "comm", "optimizer")
 CLOCK_ENV = "MPCBENCH_CLOCK"  # "events" (default on CUDA) or "sync"
+CPU_REUSE_S = 20e-6  # see Clock._cpu_at
 
 
 class Clock:
@@ -74,9 +76,22 @@ class Clock:
         self.current_cpu_actions: dict[str, list[float]] = {}
         self.cpu_action_steps: list[dict[str, list[float]]] = []
         self.current_cpu: dict[str, float] = defaultdict(float)  # per section, thread CPU seconds
+        self._cpu_mark = (0.0, -math.inf)  # the last thread CPU reading and the host time it was taken at
 
         if event_factory is None and not self._sync_device:
             self._stamp = time.perf_counter  # the common CPU case: no Python frame per stamp
+
+    def _cpu_at(self, wall: float) -> float:
+        """This thread's CPU seconds at host time ``wall``. Reading them is a system call (3 us
+        a read between two gloo receives, measured: 0.2 ms of a 1.3 ms tiny-MLP step on 30
+        sections), so a reading less than ``CPU_REUSE_S`` of wall time old is extended by the
+        wall time since, as if the thread ran throughout: at most that much error per section."""
+        cpu, at = self._cpu_mark
+        if wall - at < CPU_REUSE_S:
+            return cpu + (wall - at)
+        cpu = time.thread_time()
+        self._cpu_mark = (cpu, wall)
+        return cpu
 
     @property
     def uses_events(self) -> bool:
@@ -197,15 +212,15 @@ class _Section:
         self.parent = c._stack[-1] if c._stack else None
         self.action = c.action
         c._stack.append(self)
-        if c.cpu_clock:
-            self.cpu_start = time.thread_time()
         self.start = c._stamp()
+        if c.cpu_clock:
+            self.cpu_start = c._cpu_at(self.start)
 
     def __exit__(self, *exc: object) -> None:
         c = self.clock
         self.end = c._stamp()
         if c.cpu_clock:
-            self.cpu_end = time.thread_time()
+            self.cpu_end = c._cpu_at(self.end)
         c._stack.pop()
         c._closed.append(self)
         c.counts[self.name] += 1

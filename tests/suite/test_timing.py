@@ -174,3 +174,26 @@ def test_sections_are_charged_to_the_schedule_action_before_and_after_its_comput
     sec("compute", 1.0)
     clock.discard()  # evaluation: dropped
     assert clock.current_actions == {}
+
+
+def test_a_cpu_reading_under_20_us_old_is_extended_by_the_wall_gap_not_read_again(monkeypatch):
+    t = FakeTime()
+    half = HalfTime(t)
+    reads = []
+    monkeypatch.setattr(timing.time, "perf_counter", t)
+    monkeypatch.setattr(timing.time, "thread_time", lambda: reads.append(t.now) or half())
+    clock = Clock(torch.device("cpu"))
+    with clock.section("compute"):  # enter: a reading
+        t.now += 1.0
+    t.now += 10e-6  # 10 us later: the next section starts from the exit's reading + 10 us
+    with clock.section("compress"):
+        t.now += 1.0
+    t.now += 1e-3  # 1 ms later: read again
+    with clock.section("comm"):
+        t.now += 1.0
+    row = clock.snapshot(t.now)
+    assert len(reads) == 5  # not 6: the compress section's start was not read
+    assert row["compute_cpu"] == pytest.approx(0.5) and row["comm_cpu"] == pytest.approx(0.5)
+    # compress: from (0.5 + 10 us) to its exit's reading (1.000005 s of wall / 2): the gap ran at full speed
+    assert row["compress_cpu"] == pytest.approx((1.0 + 10e-6 + 1.0) / 2 - (0.5 + 10e-6))
+    assert 10e-6 < timing.CPU_REUSE_S < 1e-3  # the premise of the gaps above
