@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import lru_cache
 from typing import Any, Iterable
 
 import pandas as pd
@@ -195,12 +196,20 @@ def _modeled(r: dict[str, Any]) -> tuple[dict[str, Any], float]:
     timing = r.get("timing_inputs")
     if version == model.MODEL_VERSION or not isinstance(timing, dict):
         return stored, math.nan if version is None else float(version)
-    profiles = {p: model.PROFILES[p] for p in stored if p in model.PROFILES}
+    profiles = tuple(p for p in stored if p in model.PROFILES)
     try:
-        fresh = model.model_run(model.TimingInputs.from_dict(timing), profiles)
+        fresh = _remodel(json.dumps(timing, sort_keys=True, separators=(",", ":")), profiles)
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # untrusted stored inputs
         return stored, math.nan if version is None else float(version)
     return {**stored, **fresh}, float(model.MODEL_VERSION)
+
+
+@lru_cache(maxsize=4096)
+def _remodel(timing_json: str, profiles: tuple[str, ...]) -> dict[str, dict[str, float | None]]:
+    """The current model's times of stored inputs at named profiles (cached: copies of one run,
+    e.g. a record in a results store and in ``records/``, are simulated once)."""
+    inputs = model.TimingInputs.from_dict(json.loads(timing_json))
+    return model.model_run(inputs, {p: model.PROFILES[p] for p in profiles})
 
 
 def to_frame(records: Iterable[dict[str, Any]], *, details: bool = True) -> pd.DataFrame:
