@@ -1,7 +1,7 @@
 """Measured vs modeled step time: the network model (suite.results.network) against emulated links.
 
     python benchmarks/network_model_check.py [--stages 2,4] [--links 100Mbps,20Mbps] [--rounds 1]
-                                             [--steps 12] [--out f.json]
+                                             [--dp-size 1] [--steps 12] [--out f.json]
 
 Per pipeline depth, the cifar10 quick cell (``none``, 1F1B) runs under torchrun:
 
@@ -12,6 +12,9 @@ Per pipeline depth, the cifar10 quick cell (``none``, 1F1B) runs under torchrun:
    is limited by ``tbf`` both ways, ``suite/pipeline/netns.py``; needs root). Modeled for the link
    as emulated (its rate, no latency) from the run's own inputs, with the stored robust costs
    (thread CPU seconds, a low quantile) and with the wall-clock means.
+
+With ``--dp-size 2`` each stage has two replicas (stages x 2 hosts): the data-parallel
+all-reduce then shares the NICs with the pipeline's last messages.
 
 Runs of one round alternate depths and links so load changes hit all alike; every row reports
 the 1-minute load average before and after. The issue's target is measured / modeled within
@@ -32,13 +35,14 @@ sys.path.insert(0, str(ROOT))
 from suite.results.network import IDEAL, NetworkProfile, TimingInputs, model_run  # noqa: E402
 
 
-def cell(stages: int, steps: int, link: str | None):
+def cell(stages: int, steps: int, link: str | None, dp: int = 1):
     from suite.pipeline.config import CellConfig, CompressionPlan
 
     return CellConfig(
         task="cifar10",
         tier="quick",
         stages=stages,
+        dp=dp,
         plan=CompressionPlan.from_dict("none"),
         mode="torchrun",
         link=link,
@@ -48,19 +52,19 @@ def cell(stages: int, steps: int, link: str | None):
     ).validate()
 
 
-def check(stages: int, steps: int, link: str | None) -> dict:
+def check(stages: int, steps: int, link: str | None, dp: int = 1) -> dict:
     """One run and its measured / modeled step times."""
     from suite.pipeline.runtime import run
 
     load_before = os.getloadavg()[0]
-    r = run(cell(stages, steps, link))
+    r = run(cell(stages, steps, link, dp))
     load_after = os.getloadavg()[0]
     inputs = TimingInputs.from_dict(r.timing_inputs)
     if link is None:
         measured, net = r.time.step_s, IDEAL
     else:
         measured, net = r.network["measured"]["step_s"], NetworkProfile(link, r.network["rate_bps"], 0.0)
-    row = {"stages": stages, "link": link or "loopback", "measured_s": measured}
+    row = {"stages": stages, "dp": dp, "link": link or "loopback", "measured_s": measured}
     for statistic in ("robust", "mean"):
         modeled = model_run(inputs, {"net": net}, statistic=statistic)["net"]["step_s"]
         row[f"modeled_{statistic}_s"] = modeled
@@ -73,7 +77,7 @@ def check(stages: int, steps: int, link: str | None) -> dict:
 
 def show(row: dict) -> None:
     print(
-        f"{row['stages']} stages  {row['link']:9s} measured {row['measured_s'] * 1e3:7.1f} ms  "
+        f"{row['stages']} stages x {row['dp']}  {row['link']:9s} measured {row['measured_s'] * 1e3:7.1f} ms  "
         f"modeled {row['modeled_robust_s'] * 1e3:7.1f} ms (robust) {row['modeled_mean_s'] * 1e3:7.1f} ms (mean)  "
         f"ratio {row['ratio_robust']:.2f} / {row['ratio_mean']:.2f}  load {row['load'][0]:.1f}-{row['load'][1]:.1f}",
         flush=True,
@@ -85,6 +89,7 @@ def main() -> int:
     p.add_argument("--stages", default="2,4", help="pipeline depths, comma-separated")
     p.add_argument("--links", default="100Mbps,20Mbps", help="emulated links (profiles or rates), comma-separated")
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--dp-size", type=int, default=1, help="data-parallel replicas per stage")
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--no-loopback", action="store_true", help="skip the runs without a link")
     p.add_argument("--out", default=None)
@@ -101,7 +106,7 @@ def main() -> int:
     for _ in range(args.rounds):
         for link in links:
             for stages in [int(s) for s in args.stages.split(",")]:
-                rows.append(check(stages, args.steps, link))
+                rows.append(check(stages, args.steps, link, args.dp_size))
                 show(rows[-1])
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))

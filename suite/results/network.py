@@ -24,8 +24,10 @@ per-stage action lists the runtime executed (stored in the record), with:
   1.08-1.13 to 1.00-1.06; docs/ARCHITECTURE.md).
 
 A stage runs its actions in order; a send does not block it (asynchronous sends). After its
-last action a stage reduces its gradients across data-parallel replicas (ring collectives,
-closed form below) and steps its optimizer; the step ends when the slowest stage does::
+last action a rank reduces its stages' gradients across the data-parallel replicas, ring step
+by ring step on the same NICs (so the reduction shares the wire with the pipeline's last
+gradients still in flight), and steps its optimizer; the step ends when the slowest rank does.
+Alone on the wire a reduction costs the ring formula (``dp_time``)::
 
     all-reduce:  2 (d - 1) / d * 8 n / BW + 2 (d - 1) L
     all-gather:  (d - 1) * 8 n / BW       + (d - 1) L
@@ -79,8 +81,8 @@ __all__ = [
 
 # Which model computed a record's ``modeled`` times (stored next to them as ``model_version``);
 # bump it when the same inputs give other times. 1: closed form; 2: the simulation with one
-# link per pair of ranks; 3: ranks' NICs shared by their concurrent messages. The leaderboard
-# re-models records written by an older model, so one board never mixes two models.
+# link per pair of ranks; 3: ranks' NICs shared by their concurrent messages and reductions.
+# The leaderboard re-models records of an older model, so one board never mixes two models.
 MODEL_VERSION = 3
 
 
@@ -345,8 +347,9 @@ class _Sim:
     """Discrete-event simulation of one step (see :func:`simulate_step`). Processes are the
     pipeline ranks; stage s lives on rank ``s % n_ranks`` (the runtime's placement formula)."""
 
-    def __init__(self, schedule, stages, load, net, protocol) -> None:
+    def __init__(self, schedule, stages, load, net, protocol, replicas: int = 0) -> None:
         self.net, self.protocol = net, protocol
+        self.replicas = replicas  # 0: stop at each rank's last action; else also reduce and step
         self.now = 0.0
         self._heap: list[tuple[float, int, Callable[[float], None]]] = []
         self._seq = 0
@@ -455,7 +458,10 @@ class _Sim:
     def _start_action(self, r: int) -> None:
         idx = self.pos[r]
         if idx == len(self.schedule[r]):
-            self.end[r] = self.now
+            if self.replicas:
+                self._finish_rank(r)
+            else:
+                self.end[r] = self.now
             return
         need = self._needs(r, idx)
         body = lambda t: self._run_body(r)  # noqa: E731
@@ -487,6 +493,38 @@ class _Sim:
 
         self._post_recv(stage, src, kind, m, 0, arrived)
 
+    def _finish_rank(self, r: int) -> None:
+        """After its last action a rank reduces each of its stages' gradients across the
+        replicas (ring collectives on the fabric, so they share the NIC with sends still on the
+        wire), then steps their optimizers. Replicas are alike, so a stage's ring neighbours
+        send to it what it sends: each ring step is one message out of and one into this rank's
+        NIC, ``latency`` after which the next step starts."""
+        d = self.replicas
+        steps: list[float] = []  # bytes of each ring step, in order
+        optimizer = 0.0
+        for s in range(r, self.S, self.R):
+            dp = self.load.dp[s] if s < len(self.load.dp) else DPLoad()
+            optimizer += self.stages[s].optimizer_s
+            if d <= 1:
+                continue
+            for nbytes, ops, per_op, share in (
+                (dp.allreduce_bytes, dp.allreduce_ops, 2 * (d - 1), 1 / d),  # reduce-scatter + all-gather of n / d
+                (dp.allgather_bytes, dp.allgather_ops, d - 1, 1.0),  # everyone's n passes by once
+            ):
+                n_ops = max(1, round(ops)) if nbytes > 0 or ops > 0 else 0
+                if n_ops:
+                    steps += [nbytes / n_ops * share] * (n_ops * per_op)
+        steps.reverse()
+
+        def next_step(t: float) -> None:
+            if not steps:
+                self.at(t + optimizer, lambda t: self.end.__setitem__(r, t))
+                return
+            nbytes = steps.pop()
+            self.fabric.send(r, r, nbytes, lambda t: self.at(t + self.net.latency_s, next_step))
+
+        next_step(self.now)
+
     def _run_body(self, r: int) -> None:
         stage, kind, m = self.schedule[r][self.pos[r]]
         busy = self.stages[stage].of(kind).busy_s
@@ -513,11 +551,15 @@ def simulate_step(
     optimizer, no data-parallel reduction). ``schedule[r]`` is rank r's action list as
     ``Schedule.to_lists`` writes it (``"0F0"``, ``"1B3"``: stage, kind, micro-batch); stage s
     runs on rank ``s % len(schedule)``."""
+    _check_step(schedule, stages, load)
+    return _Sim(schedule, stages, load, net, protocol).run()
+
+
+def _check_step(schedule: Sequence[Sequence[str]], stages: Sequence[StageCost], load: StepLoad) -> None:
     if len(stages) < len(schedule):
         raise ValueError(f"{len(schedule)} ranks in the schedule but only {len(stages)} stage costs")
     if len(load.links) != len(stages) - 1:
         raise ValueError(f"{len(stages)} stages need {len(stages) - 1} link loads, got {len(load.links)}")
-    return _Sim(schedule, stages, load, net, protocol).run()
 
 
 def dp_time(load: DPLoad, replicas: int, net: NetworkProfile) -> float:
@@ -540,12 +582,8 @@ def step_time(
 ) -> float:
     """Modeled seconds of one training step: the simulated pipeline, then on each rank its
     stages' data-parallel reductions and optimizer steps; the slowest rank ends the step."""
-    ends = simulate_step(schedule, stages, load, net, protocol)
-    dps = list(load.dp) + [DPLoad()] * (len(stages) - len(load.dp))
-    after = [0.0] * len(ends)
-    for s, (d, st) in enumerate(zip(dps, stages)):
-        after[s % len(ends)] += dp_time(d, replicas, net) + st.optimizer_s
-    return max(e + a for e, a in zip(ends, after))
+    _check_step(schedule, stages, load)
+    return max(_Sim(schedule, stages, load, net, protocol, replicas=max(1, replicas)).run())
 
 
 # --- stored inputs ---------------------------------------------------------------------------------

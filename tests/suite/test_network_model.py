@@ -151,6 +151,29 @@ def test_all_gather_costs_more_than_all_reduce_of_the_same_payload():
     assert dp_time(DPLoad(allreduce_bytes=1e9, allreduce_ops=1), 1, net) == 0.0  # one replica: no traffic
 
 
+@pytest.mark.parametrize("d", [2, 3, 8])
+@pytest.mark.parametrize("ops", [1, 3])
+def test_a_reduction_alone_on_the_wire_costs_the_ring_formula(d, ops):
+    net = PROFILES["100Mbps"]
+    one = _stage(0.0, 0.0, opt=0.004)  # one stage: nothing else on the wire
+    dp = DPLoad(allreduce_bytes=2e6, allreduce_ops=ops, allgather_bytes=1e5, allgather_ops=1)
+    t = step_time([["0F0", "0B0"]], [one], StepLoad((), (dp,)), d, net)
+    assert t == pytest.approx(dp_time(dp, d, net) + 0.004)
+
+
+def test_a_reduction_shares_the_nic_with_the_last_gradient_still_on_the_wire():
+    net = NetworkProfile("n", 8e6, 0.0)  # 1 byte per us
+    zero = _stage(0.0, 0.0)
+    # stage 1 sends B0's 1000-byte gradient back and starts its all-reduce (2 replicas: two ring
+    # steps of 1000 bytes) at the same moment: the two share its NIC's way out, so both first
+    # messages take 2 ms, then the second ring step 1 ms alone. The closed form said 2 ms.
+    load = StepLoad((LinkLoad(0, 1000),), (DPLoad(), DPLoad(allreduce_bytes=2000, allreduce_ops=1)))
+    assert step_time([["0F0", "0B0"], ["1F0", "1B0"]], [zero, zero], load, 2, net, PROTOCOLS["single"]) == (
+        pytest.approx(0.003)
+    )
+    assert dp_time(load.dp[1], 2, net) == pytest.approx(0.002)
+
+
 def _inputs(bytes_per_mb: float, steps: int = 5, warmup: int = 0) -> TimingInputs:
     return TimingInputs(
         schedule=_schedule("1f1b", 3, 4),
