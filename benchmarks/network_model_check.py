@@ -17,8 +17,9 @@ With ``--dp-size 2`` each stage has two replicas (stages x 2 hosts): the data-pa
 all-reduce then shares the NICs with the pipeline's last messages.
 
 Runs of one round alternate depths and links so load changes hit all alike; every row reports
-the 1-minute load average before and after. The issue's target is measured / modeled within
-1 +/- 0.15 at 100 and 20 Mbit/s for a 2-stage and a 4-stage cell.
+the 1-minute load average before and after; ``--out`` saves them with the commit and the
+machine (``benchmarks/results/network-model-check-*.json``). The issue's target is measured /
+modeled within 1 +/- 0.15 at 100 and 20 Mbit/s for a 2-stage and a 4-stage cell.
 """
 
 from __future__ import annotations
@@ -109,7 +110,13 @@ def main() -> int:
                 rows.append(check(stages, args.steps, link, args.dp_size))
                 show(rows[-1])
     if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=1))
+        from datetime import datetime, timezone
+
+        from suite.bench.provenance import git_info, machine_info
+
+        meta = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"), **git_info()}
+        meta.update(machine=machine_info(), argv=sys.argv[1:])
+        Path(args.out).write_text(json.dumps({"provenance": meta, "rows": rows}, indent=1))
     return 0
 
 
