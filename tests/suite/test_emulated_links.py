@@ -48,6 +48,23 @@ def test_links_are_profiles_or_rates():
         parse_link("fast")
 
 
+@pytest.mark.parametrize("link", ["20Mbps", "100Mbps", "1Gbps", "10Gbps"])
+def test_the_tbf_bucket_holds_one_frame_not_a_payload(monkeypatch, link):
+    """A bucket that refills while the link idles lets each payload's first bucketful out at
+    line rate (64 KiB made a 2-stage cell 23% faster than 20 Mbit/s allows); one smaller than a
+    frame makes tbf drop every frame."""
+    from suite.pipeline import netns
+
+    cmds: list[list[str]] = []
+    monkeypatch.setattr(netns, "_run", lambda cmd, check=True: cmds.append(cmd) or "")
+    lk = parse_link(link)
+    netns._tbf("dev0", lk)
+    (cmd,) = cmds
+    burst = int(cmd[cmd.index("burst") + 1])
+    assert netns.MTU + 14 < burst <= max(netns.MTU + 1024, lk.rate_bps / 8 * 5e-4)
+    assert cmd[cmd.index("rate") + 1] == lk.tc_rate and "limit" in cmd
+
+
 def test_link_and_hosts_are_checked_before_anything_runs(tiny_task):
     with pytest.raises(ConfigError, match="mode=torchrun"):
         cell("tiny", "none", (TINY,), link="100Mbps").validate()
