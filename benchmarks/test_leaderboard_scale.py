@@ -4,7 +4,8 @@ Targets (issue 17): 10,000 records render cold in under 3 s with under 500 MB; 1
 under 15 s; ``mpcbench report`` likewise.
 
 The records are generated from a committed baseline record (``records/mpcbench-baselines``:
-its real curve, bytes, timing inputs and provenance), spread over 40 entry folders, 3 tasks,
+its real curve, bytes, timing inputs and provenance), spread over 40 entry folders (80 for
+100,000: a results file must stay under the loader's 32 MiB), 3 tasks,
 15 compressors and as many seeds as it takes, with the quality jittered per seed. They are
 written once per session under pytest's temporary folder (10,000 records: about 90 MB).
 
@@ -43,6 +44,7 @@ from suite.results.network import MODEL_VERSION
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "records" / "mpcbench-baselines" / "quick-cpu-2core-v2.jsonl"
 ENTRIES = 40
+PER_ENTRY_MAX = 1250  # records per results file: ~15 KB each keeps it under the loader's 32 MiB limit
 COMPRESSORS = [
     "none",
     "fp16",
@@ -90,16 +92,18 @@ CHILD = textwrap.dedent(
 
 
 def _generate(root: Path, n: int) -> Path:
-    """``n`` valid records in ``ENTRIES`` entry folders under ``root/records``."""
+    """``n`` valid records in ``ENTRIES`` entry folders under ``root/records`` (more folders where
+    ``ENTRIES`` files would pass the loader's size limit: 80 for 100,000 records)."""
     base = [json.loads(line) for line in TEMPLATE.read_text().splitlines() if line.strip()]
     by_task = {}
     for r in base:
         by_task.setdefault(r["task"], r)
     rng = random.Random(0)
     records = root / "records"
-    per_entry = -(-n // ENTRIES)
+    entries = max(ENTRIES, -(-n // PER_ENTRY_MAX))
+    per_entry = -(-n // entries)
     made = 0
-    for e in range(ENTRIES):
+    for e in range(entries):
         d = records / f"entry-{e:03d}"
         d.mkdir(parents=True, exist_ok=True)
         (d / "entry.yaml").write_text(f"name: generated entry {e}\nsubmitter: bench\ndate: '2026-01-01'\n")
