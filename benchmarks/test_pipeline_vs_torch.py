@@ -37,7 +37,7 @@ compute is microseconds, so a step costs what the runtimes themselves cost) and
 without the data set).
 
     python -m pytest benchmarks/test_pipeline_vs_torch.py -q -s -p no:cacheprovider
-    python benchmarks/test_pipeline_vs_torch.py mlp [--runs 16] [--lockstep] [--no-clock] [--json out.json]
+    python benchmarks/test_pipeline_vs_torch.py mlp [--runs 16] [--lockstep] [--clock on|wall|off] [--json out.json]
 """
 
 from __future__ import annotations
@@ -212,19 +212,27 @@ def _run_lockstep(cfg, rank: int) -> dict[str, dict[str, list]]:
     return {"mpcbench": _run_mpcbench(cfg, rank, build_interleaved), "torch": other.out}
 
 
-def _worker(rank: int, port: int, case: Case, runs: int, lockstep: bool, no_clock: bool, out_dir: str) -> None:
+def _worker(rank: int, port: int, case: Case, runs: int, lockstep: bool, clock: str, out_dir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
     from suite.pipeline import trainer
 
     trainer.evaluate = lambda *a, **k: None  # evaluation is not part of a training step (both sides skip it)
-    if no_clock:  # diagnosis: the runtime without its per-section clock (what the clock costs per step)
+    from suite.pipeline.timing import Clock
+
+    if clock == "off":  # diagnosis: the runtime without its per-section clock (what the clock costs per step)
         from contextlib import nullcontext
 
-        from suite.pipeline.timing import Clock
-
         Clock.section = lambda self, name: nullcontext()  # type: ignore[method-assign,assignment,return-value]
+    elif clock == "wall":  # diagnosis: sections on the wall clock only (what the thread-CPU reads cost)
+        init = Clock.__init__
+
+        def wall_only(self, *a, **k) -> None:
+            init(self, *a, **k)
+            self.cpu_clock = False
+
+        Clock.__init__ = wall_only  # type: ignore[method-assign]
     configs = {s: _config(case, s) for s in SCHEDULES}
     res: dict[str, dict[str, list]] = {
         f"{s}/{side}": {k: [] for k in (*MEASURES, "losses")} for s in SCHEDULES for side in SIDES
@@ -249,16 +257,17 @@ def _worker(rank: int, port: int, case: Case, runs: int, lockstep: bool, no_cloc
     dist.destroy_process_group()
 
 
-def measure(case: Case, runs: int | None = None, lockstep: bool = False, no_clock: bool = False) -> dict[str, Any]:
+def measure(case: Case, runs: int | None = None, lockstep: bool = False, clock: str = "on") -> dict[str, Any]:
     """Run ``case`` in two processes; per schedule, the two sides' per-step costs and ratios
-    (``lockstep``: alternate single steps instead of whole runs; ``no_clock``: the runtime's
-    per-section clock replaced by a no-op, to see what it costs)."""
+    (``lockstep``: alternate single steps instead of whole runs; ``clock``: ``off`` replaces the
+    runtime's per-section clock by a no-op, ``wall`` keeps it on the wall clock only, without
+    the thread-CPU reads, to see what each costs)."""
     n = runs or case.runs
     load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as out_dir:
         mp.start_processes(
             _worker,
-            args=(_free_port(), case, n, lockstep, no_clock, out_dir),
+            args=(_free_port(), case, n, lockstep, clock, out_dir),
             nprocs=2,
             join=True,
             start_method="spawn",
@@ -268,7 +277,7 @@ def measure(case: Case, runs: int | None = None, lockstep: bool = False, no_cloc
         "loadavg": [load0, os.getloadavg()[0]],
         "runs": n,
         "steps": n * (case.steps - 1),
-        "mode": ("lockstep" if lockstep else "rounds") + (", runtime without its clock" if no_clock else ""),
+        "mode": ("lockstep" if lockstep else "rounds") + ("" if clock == "on" else f", runtime clock: {clock}"),
     }
     for sched in SCHEDULES:
         # per run and step, both ranks together: {side: {measure: [[step, ...] per run]}}
@@ -337,10 +346,15 @@ if __name__ == "__main__":
     p.add_argument("case", choices=list(CASES))
     p.add_argument("--runs", type=int, default=None, help="training runs per schedule")
     p.add_argument("--lockstep", action="store_true", help="alternate single steps instead of whole runs")
-    p.add_argument("--no-clock", action="store_true", help="diagnosis: the runtime's per-section clock as a no-op")
+    p.add_argument(
+        "--clock",
+        choices=("on", "wall", "off"),
+        default="on",
+        help="diagnosis: the runtime's per-section clock on, on the wall clock only (no thread-CPU reads), or a no-op",
+    )
     p.add_argument("--json", default=None, help="also write the full result here")
     a = p.parse_args()
-    result = measure(CASES[a.case], a.runs, a.lockstep, a.no_clock)
+    result = measure(CASES[a.case], a.runs, a.lockstep, a.clock)
     print(_summary(a.case, result))
     if a.json:
         Path(a.json).write_text(json.dumps(result, indent=1))

@@ -247,8 +247,8 @@ class Compressor:
         counts its bytes). Pass tensors you own (built for the wire), or ``x`` itself: the
         bucket is yours to overwrite. ``all_reduce(t, async_op=True)`` launches the sum and
         returns a :class:`torch.futures.Future` whose value is the summed ``t`` (bytes are
-        counted at launch). Chain later rounds with ``fut.then(...)`` so they overlap the rest
-        of the backward; launch collectives only from ``reduce`` itself or from callbacks of
+        counted at launch). Chain later rounds with :func:`chain` (``compressors.chain``; unlike
+        ``fut.then`` it hands an exception on unwrapped) so they overlap the rest of the backward; launch collectives only from ``reduce`` itself or from callbacks of
         your own futures (the runtime issues each bucket's collectives after the previous
         bucket's, in the order you launch them, so every replica issues them in the same order).
 

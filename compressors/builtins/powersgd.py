@@ -111,6 +111,14 @@ class _Layout:
     def e_size(self) -> int:
         return sum(n * m for _, n, m, _ in self.mats)
 
+    @property
+    def p_size(self) -> int:
+        return sum(n * r for _, n, _, r in self.mats)
+
+    @property
+    def q_size(self) -> int:
+        return sum(m * r for _, _, m, r in self.mats)
+
 
 @dataclass
 class _DPState:
@@ -313,7 +321,7 @@ class PowerSGD(Compressor):
             mats_fut = completed(None)
         else:
             q = self._start_q(st, lay, info, x)
-            p = torch.empty(sum(n * r for _, n, _, r in lay.mats), dtype=x.dtype, device=x.device)
+            p = torch.empty(lay.p_size, dtype=x.dtype, device=x.device)
             for mv, qv, pv in zip(mats, _views(q, lay.q_shapes), _views(p, lay.p_shapes)):
                 torch.mm(mv, qv, out=pv)  # P_i = M_i Q
             del q
@@ -330,7 +338,7 @@ class PowerSGD(Compressor):
                 ps = _views(psum, lay.p_shapes)
                 for pv in ps:
                     _orthonormalize_(pv)
-                q_new = torch.empty(sum(m * r for _, _, m, r in lay.mats), dtype=x.dtype, device=x.device)
+                q_new = torch.empty(lay.q_size, dtype=x.dtype, device=x.device)
                 for mv, pv, qv in zip(mats, ps, _views(q_new, lay.q_shapes)):
                     torch.mm(mv.T, pv, out=qv)  # Q_i = M_i^T P
                 return chain(launch(q_new), lambda qsum: (psum, qsum))
@@ -376,11 +384,10 @@ class PowerSGD(Compressor):
     def _start_q(self, st: _DPState, lay: _Layout, info: TensorInfo, x: Tensor) -> Tensor:
         """The flat Q's of this step (orthonormalized): last step's mean Q's (warm start) or
         Gaussian from ``info.seed`` (identical on every replica)."""
-        size = sum(m * r for _, _, m, r in lay.mats)
         if self.warm_start and st.q is not None:
             q = st.q if info.training else st.q.clone()  # orthonormalized in place: not in evaluation
         else:
-            q = torch.randn(size, generator=info.generator(_SALT_INIT_Q)).to(device=x.device, dtype=x.dtype)
+            q = torch.randn(lay.q_size, generator=info.generator(_SALT_INIT_Q)).to(device=x.device, dtype=x.dtype)
         for qv in _views(q, lay.q_shapes):
             _orthonormalize_(qv)
         return q

@@ -77,15 +77,14 @@ class Clock:
         self.cpu_action_steps: list[dict[str, list[float]]] = []
         self.current_cpu: dict[str, float] = defaultdict(float)  # per section, thread CPU seconds
         self._cpu_mark = (0.0, -math.inf)  # the last thread CPU reading and the host time it was taken at
-
         if event_factory is None and not self._sync_device:
             self._stamp = time.perf_counter  # the common CPU case: no Python frame per stamp
 
     def _cpu_at(self, wall: float) -> float:
-        """This thread's CPU seconds at host time ``wall``. Reading them is a system call (in a
-        2-rank tiny-MLP step, 50 reads cost 0.2-0.25 ms of rank 1's 1.3 ms: about 4 us each),
-        so a reading less than ``CPU_REUSE_S`` of wall time old is extended by the wall time
-        since, as if the thread ran throughout: at most that much error per section."""
+        """This thread's CPU seconds at host time ``wall``. Reading them is a system call, so a
+        reading less than ``CPU_REUSE_S`` of wall time old is extended by the wall time since,
+        as if the thread ran throughout: at most that much error per section (what the reads
+        cost: docs/performance.md, ``--clock wall`` of benchmarks/test_pipeline_vs_torch.py)."""
         cpu, at = self._cpu_mark
         if wall - at < CPU_REUSE_S:
             return cpu + (wall - at)

@@ -21,7 +21,7 @@ per-stage action lists the runtime executed (stored in the record), with:
   each way. The messages on the wire at one moment share the NICs they cross, max-min fairly:
   a middle stage that sends activations forward while it sends gradients back sends each at
   half the rate (on the emulated links of ``--link`` this took the 4-stage cell's error from
-  1.08-1.13 to 1.00-1.06; docs/ARCHITECTURE.md).
+  1.08-1.13 to 1.02-1.06; docs/ARCHITECTURE.md).
 
 A stage runs its actions in order; a send does not block it (asynchronous sends). After its
 last action a rank reduces its stages' gradients across the data-parallel replicas, ring step
@@ -347,9 +347,9 @@ class _Sim:
     """Discrete-event simulation of one step (see :func:`simulate_step`). Processes are the
     pipeline ranks; stage s lives on rank ``s % n_ranks`` (the runtime's placement formula)."""
 
-    def __init__(self, schedule, stages, load, net, protocol, replicas: int = 0) -> None:
+    def __init__(self, schedule, stages, load, net, protocol, replicas: int | None = None) -> None:
         self.net, self.protocol = net, protocol
-        self.replicas = replicas  # 0: stop at each rank's last action; else also reduce and step
+        self.replicas = replicas  # None: stop at each rank's last action; else also reduce and step
         self.now = 0.0
         self._heap: list[tuple[float, int, Callable[[float], None]]] = []
         self._seq = 0
@@ -458,7 +458,7 @@ class _Sim:
     def _start_action(self, r: int) -> None:
         idx = self.pos[r]
         if idx == len(self.schedule[r]):
-            if self.replicas:
+            if self.replicas is not None:
                 self._finish_rank(r)
             else:
                 self.end[r] = self.now
@@ -583,7 +583,7 @@ def step_time(
     """Modeled seconds of one training step: the simulated pipeline, then on each rank its
     stages' data-parallel reductions and optimizer steps; the slowest rank ends the step."""
     _check_step(schedule, stages, load)
-    return max(_Sim(schedule, stages, load, net, protocol, replicas=max(1, replicas)).run())
+    return max(_Sim(schedule, stages, load, net, protocol, replicas=replicas).run())
 
 
 # --- stored inputs ---------------------------------------------------------------------------------
