@@ -16,7 +16,7 @@ from typing import Any
 
 from suite.pipeline.config import CellConfig
 from suite.pipeline.result import RunResult
-from suite.results.network import MODEL_VERSION
+from suite.results.network.model import MODEL_VERSION
 from suite.results.records import DIRECTIONS, SCHEMA, validate_record
 
 __all__ = ["build_record", "failed_record", "compression_ratios", "expansion_warnings", "check_result", "ResultError"]

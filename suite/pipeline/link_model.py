@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from suite.results.network import NetworkProfile, TimingInputs, model_run
+from suite.results.network.model import model_run
+from suite.results.network.profiles import NetworkProfile
+from suite.results.network.timing_inputs import TimingInputs
 
 from .result import RunResult
 

@@ -30,7 +30,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-from suite.results.network import PROFILES
+from suite.results.network.profiles import PROFILES
 
 __all__ = [
     "Link",

@@ -16,7 +16,8 @@ import os
 from statistics import fmean
 from typing import Any
 
-from suite.results.network import (
+from suite.results.network.model import model_run
+from suite.results.network.timing_inputs import (
     PROTOCOLS,
     ActionCost,
     DPLoad,
@@ -26,7 +27,6 @@ from suite.results.network import (
     TimingInputs,
     encode_steps,
     interpolate_target_step,
-    model_run,
     quantile,
 )
 

@@ -295,3 +295,14 @@ def test_interleaved_schedules_run_two_stages_per_rank_and_shrink_the_bubble():
     assert max(simulate_step(chunks, [_stage(fwd / 2, bwd / 2)] * 4, links4, slow)) > max(
         simulate_step(plain, [_stage(fwd, bwd)] * 2, links2, slow)
     )
+
+
+@pytest.mark.parametrize("d", [1, 2, 4])
+def test_ring_steps_are_the_closed_form_step_by_step(d):
+    from suite.results.network.ring import ring_steps
+
+    dp = DPLoad(allreduce_bytes=4e6, allreduce_ops=2, allgather_bytes=1e6, allgather_ops=1)
+    steps = ring_steps(dp, d)
+    assert len(steps) == (0 if d == 1 else 2 * 2 * (d - 1) + (d - 1))  # 2 ops x 2(d-1) + 1 op x (d-1)
+    net = NetworkProfile("n", 8e6, 0.0)  # 1 byte per us, no latency: time = bytes
+    assert sum(net.serialize_s(b) for b in steps) == pytest.approx(dp_time(dp, d, net))
