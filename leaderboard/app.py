@@ -86,6 +86,12 @@ def _sources(argv: list[str]) -> tuple[list[str], list[str]]:
     return ([str(store)] if store.exists() else []), [str(REPO / "records")]
 
 
+def _local_mask(sources: pd.Series, stores: list[str]) -> pd.Series:
+    """Rows read from a results store: by resolved path (the index keeps the spelling of its first build)."""
+    wanted = {str(Path(s).resolve()) for s in stores}
+    return sources.map(lambda s: str(Path(s).resolve()) in wanted)
+
+
 def _index(stores: tuple[str, ...], records_dirs: tuple[str, ...]):
     """The index, brought up to date on every run (a stat of each source file; cheap)."""
     return load_index(stores, records_dirs)
@@ -348,7 +354,7 @@ def main(argv: list[str] | None = None) -> None:
 
     sb = st.sidebar
     sb.header("Filters")
-    is_local = frame["source"].isin(stores) if len(frame) else pd.Series(dtype=bool)
+    is_local = _local_mask(frame["source"], stores) if len(frame) else pd.Series(dtype=bool)
     has_local, has_committed = bool(is_local.any()), bool((~is_local).any())
     include_local = True
     if has_local and has_committed:

@@ -69,9 +69,18 @@ def _fmt_params(name: str) -> str:
     return ", ".join(parts) or "(no parameters)"
 
 
+_LISTS = ("compressors", "tasks", "tiers")
+
+
+def _list_what(value: str) -> str:
+    if value not in _LISTS:
+        raise argparse.ArgumentTypeError(f"unknown {value!r}: choose from {', '.join(_LISTS)}")
+    return value
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     _load_plugins(args.plugin)
-    what = args.what or ["compressors", "tasks", "tiers"]
+    what = args.what or list(_LISTS)
     for w in what:
         {"compressors": _list_compressors, "tasks": _list_tasks, "tiers": _list_tiers}[w](args)
     return EXIT_OK
@@ -606,7 +615,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("list", help="list compressors, tasks and tiers")
-    p.add_argument("what", nargs="*", choices=["compressors", "tasks", "tiers"], help="what to list (default: all)")
+    # not `choices=`: with nargs="*" Python 3.11's argparse checks the empty default against them
+    p.add_argument(
+        "what", nargs="*", type=_list_what, metavar="{compressors,tasks,tiers}", help="what to list (default: all)"
+    )
     p.add_argument(
         "--plugin", action="append", default=[], help="plugin module or .py file to import first (repeatable)"
     )

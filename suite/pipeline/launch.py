@@ -357,8 +357,10 @@ def _agent_failure(agent: _Agent) -> tuple[str | None, bool]:
     # whichever failure torchrun happened to observe first. Prefer signals among those.
     failed = re.findall(r"^\s+rank\s+:\s*(\d+)[^\n]*\n\s+exitcode\s+:\s*(-?\d+)", log, re.M)
     silent = [(r, c) for r, c in failed if not any(l.startswith((f"rank {r} ", f"rank {r}:")) for l in lines)]
-    # torchrun SIGTERMs the survivors itself: a rank killed by another signal is the cause
-    silent.sort(key=lambda rc: (int(rc[1]) >= 0, int(rc[1]) == -signal.SIGTERM))
+    # torchrun SIGTERMs the survivors itself, so a SIGTERM is fallout whatever order torchrun lists it
+    # in (under load a survivor can be SIGTERMed before its receive fails): another signal is the
+    # likeliest cause, then an exit code, a SIGTERM last
+    silent.sort(key=lambda rc: (int(rc[1]) == -signal.SIGTERM, int(rc[1]) >= 0))
     if agent.stopped:  # seen stopped while the job ran: its peers' timeouts and torchrun's SIGKILL follow from it
         r = min(agent.stopped, key=agent.stopped.get)
         msg = f"rank {r} was stopped (SIGSTOP or a debugger) and stalled the run; its peers waited until they gave up"

@@ -5,20 +5,22 @@ Every file, a new one included, must pass both checks (fix with ``ruff check --f
 
 from __future__ import annotations
 
-import shutil
+import importlib.util
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-RUFF = shutil.which("ruff")
+# the ruff of this interpreter's environment, never one found on PATH (a machine's own may differ)
+RUFF = [sys.executable, "-m", "ruff"] if importlib.util.find_spec("ruff") else None
 pytestmark = pytest.mark.skipif(RUFF is None, reason="ruff is not installed (pip install -e '.[dev]')")
 
 
 def _ruff(*args: str) -> list[str]:
     """Paths (relative to the repository) that ``ruff <args>`` reports, one per problem."""
-    r = subprocess.run([RUFF, *args, "--output-format", "concise", "."], cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run([*RUFF, *args, "--output-format", "concise", "."], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode in (0, 1), r.stderr
     return [line for line in r.stdout.splitlines() if line.split(":", 1)[0].endswith(".py")]
 

@@ -244,7 +244,8 @@ def test_filters_live_in_the_url(monkeypatch, records_dir):
     assert at.query_params["direction"] == ["forward"] or at.query_params["direction"] == "forward"
 
 
-def test_local_results_are_kept_apart_unless_asked(monkeypatch, tmp_path, records_dir, lb):
+@pytest.mark.parametrize("first_spelling", ["same", "relative"])
+def test_local_results_are_kept_apart_unless_asked(monkeypatch, tmp_path, records_dir, lb, first_spelling):
     store = lb.write_jsonl(
         tmp_path / "store.jsonl",
         [
@@ -252,6 +253,9 @@ def test_local_results_are_kept_apart_unless_asked(monkeypatch, tmp_path, record
             for r in lb.make_records(tasks=("cifar10",), compressors=("none",))
         ],
     )
+    if first_spelling == "relative":  # the index was first built with another spelling of the store's path
+        monkeypatch.chdir(tmp_path)
+        _app(monkeypatch, records_dir, results=Path("store.jsonl"))
     at = _app(monkeypatch, records_dir, results=store)
     assert "local" not in set(_ranking(at).entry)
     at.checkbox(key="local").check().run()

@@ -50,6 +50,15 @@ def test_list_tasks_and_tiers(capsys):
         assert text in out, text
 
 
+def test_list_with_no_argument_lists_everything_and_a_typo_lists_the_choices(capsys):
+    rc, out, _ = cli(capsys, "list")
+    assert rc == 0 and "topk" in out and "cifar10" in out and "quick" in out
+    with pytest.raises(SystemExit) as exit_:
+        main(["list", "compresors"])
+    assert exit_.value.code == 2
+    assert "unknown 'compresors': choose from compressors, tasks, tiers" in capsys.readouterr().err
+
+
 FAILS_IN_CELL = """
 from compressors import Compressor, register
 

@@ -32,6 +32,14 @@ from suite.pipeline.launch import _absolute_plugins, _Agent, _failure_line
             "rank 1 died (signal 9) without a Python error (SIGKILL); then rank 0",
         ),
         ({}, "Traceback...\nImportError: no module named foo\n", "ImportError: no module named foo"),
+        # under load torchrun's SIGTERM reaches a survivor before its receive fails, and torchrun may
+        # list that survivor first: the rank that exited is still the one named
+        (
+            {},
+            "Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n  exitcode  : -15 (pid: 7)\n"
+            "Other Failures:\n[1]:\n  rank      : 1 (local_rank: 1)\n  exitcode  : 3 (pid: 8)\n",
+            "rank 1 died (exit code 3) without a Python error",
+        ),
     ],
 )
 def test_the_failure_line_names_the_root_cause(tmp_path, errors, log, expected):
