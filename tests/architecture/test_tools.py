@@ -39,7 +39,9 @@ def _offences(tree: ast.AST) -> list[tuple[int, str]]:
 def test_the_scan_finds_a_tool_started_by_name():
     bad = "import subprocess, shutil\nsubprocess.run(['pytest', '-q'])\nshutil.which('ruff')\n"
     assert [line for line, _ in _offences(ast.parse(bad))] == [2, 3]
-    good = "import subprocess, sys\nsubprocess.run([sys.executable, '-m', 'pytest'])\nsubprocess.run(['git', 'status'])\n"
+    good = (
+        "import subprocess, sys\nsubprocess.run([sys.executable, '-m', 'pytest'])\nsubprocess.run(['git', 'status'])\n"
+    )
     assert _offences(ast.parse(good)) == []
 
 

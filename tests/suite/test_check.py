@@ -135,7 +135,9 @@ def _pytest_script() -> list[str]:
     (a venv that sees the system's site packages gets none, and PATH then reaches another Python).
     """
     here = Path(sys.executable).with_name("pytest")
-    assert here.exists(), f"{here} is missing: the environment running the tests has no pytest script (pip install pytest)"
+    assert here.exists(), (
+        f"{here} is missing: the environment running the tests has no pytest script (pip install pytest)"
+    )
     return [str(here)]
 
 
