@@ -8,7 +8,7 @@ compressor state. The compressors cover randomness drawn from ``info.seed`` (sto
 rounding, random-k), data-dependent payload sizes (threshold) and sender/receiver state
 (EF21, AQ-SGD). A different seed must change the numbers, so the comparison can fail.
 
-(One process vs torchrun with the same seed is compared by tests/suite/test_pipeline_distributed.py.)
+(One process vs torchrun with the same seed is compared by tests/suite/pipeline/test_pipeline_distributed.py.)
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from suite.bench.provenance import _file_hash
 from suite.bench.store import read_jsonl
 from suite.bench.submit import screenshot_commands
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TINY = str(REPO / "tests" / "fixtures" / "tiny_task.py")
 PLUGIN = '''
 import torch

@@ -16,7 +16,7 @@ pytest_plugins = ["pytester"]
 INNER = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
 HOME = os.environ.get("HOME")  # pytester points HOME at its tmp dir; cells keep the real one
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SUITE = REPO / "suite"
 TINY = str(REPO / "tests" / "fixtures" / "tiny_task.py")
 

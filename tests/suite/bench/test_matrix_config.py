@@ -9,7 +9,7 @@ import pytest
 from compressors.registry import available, get_class
 from suite.bench.matrix import MATRIX_PATH, MatrixError, Selection, load_matrix, parse_seeds, plan_cells
 
-TINY = str(Path(__file__).resolve().parents[1] / "fixtures" / "tiny_task.py")
+TINY = str(Path(__file__).resolve().parents[2] / "fixtures" / "tiny_task.py")
 BUILTIN_TASKS = ("cifar10", "sst2", "shakespeare")
 
 

@@ -13,7 +13,7 @@ import pytest
 from suite.bench import verify
 from suite.bench.verify import compare, sample_records
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TINY = REPO / "tests" / "fixtures" / "tiny_task.py"
 
 

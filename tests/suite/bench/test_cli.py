@@ -17,7 +17,7 @@ from compressors import registry
 from suite.bench.cli import main
 from suite.bench.store import ResultsStore, dump_record, read_jsonl
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TINY = str(REPO / "tests" / "fixtures" / "tiny_task.py")
 
 

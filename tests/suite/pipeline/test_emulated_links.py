@@ -22,10 +22,10 @@ from suite.pipeline.config import CellConfig, CompressionPlan, ConfigError
 from suite.pipeline.netns import existing, missing_requirements, parse_link
 from suite.pipeline.runtime import run
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 WIDE = str(FIXTURES / "wide_task.py")
 TINY = str(FIXTURES / "tiny_task.py")
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 needs_netns = pytest.mark.skipif(missing_requirements() is not None, reason=str(missing_requirements()))
 

@@ -15,7 +15,7 @@ from suite.pipeline.config import CompressionPlan, ConfigError
 from suite.pipeline.plan import _RESOLVED, resolve_plan
 
 pytest_plugins = ["pytester"]
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SUITE_DIR = str(REPO / "suite")
 TINY_TASK = str(REPO / "tests" / "fixtures" / "tiny_task.py")
 INNER = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")

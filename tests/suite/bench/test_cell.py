@@ -26,7 +26,7 @@ from suite.bench.store import ResultsStore, read_jsonl
 from suite.pipeline.config import CellConfig, CompressionPlan
 from suite.results.records import validate_record
 
-TINY = str(Path(__file__).resolve().parents[1] / "fixtures" / "tiny_task.py")
+TINY = str(Path(__file__).resolve().parents[2] / "fixtures" / "tiny_task.py")
 
 FAKE_RUNTIME = textwrap.dedent(
     '''
