@@ -125,8 +125,10 @@ def run_cells(
     done = store.done_keys()
     outcomes: list[CellOutcome] = []
     interactive = progress and hasattr(stream, "isatty") and stream.isatty()  # no \r noise in CI logs
-    bar = tqdm(total=len(cells), unit="cell", disable=not interactive, file=stream, dynamic_ncols=True)
     eta = _Eta(sum(1 for c in cells if c.skip is None and c.config.key() not in done))
+    # the bar counts only the cells that run: after a resume, hundreds of instant skips would make
+    # tqdm's rate (and so its time left) minutes for hours of work
+    bar = tqdm(total=eta.to_run, unit="cell", disable=not interactive, file=stream, dynamic_ncols=True)
     try:
         for cell in cells:
             cid = cell.test_id or cell.config.cell_id
@@ -160,7 +162,8 @@ def run_cells(
                 print(f"[{len(outcomes)}/{len(cells)}] {line}{eta.left() if o.record else ''}", file=stream, flush=True)
             if on_outcome:
                 on_outcome(o)
-            bar.update(1)
+            if o.record:
+                bar.update(1)
     finally:
         bar.close()
     return outcomes
