@@ -37,6 +37,9 @@ if [ -n "$MPCBENCH_VENV" ] && [ ! -x "$PY" ]; then
     fi
 fi
 PIP=("$PY" -m pip --disable-pip-version-check --no-input)
+# pip, quiet, without one warning per package about find-links folders a machine's pip.conf names
+# but lacks (the project's machines have such a pip.conf); every other message still shows
+pip_install() { "${PIP[@]}" install --quiet "$@" 2> >(grep -v "^WARNING: Location 'file://.*' is ignored" >&2); }
 
 # What is missing, in one interpreter start: "torch", "mpcbench", "example" (one per line).
 missing="$("$PY" -I - "$ROOT" <<'PYEOF'  # -I: not the checkout's own *.egg-info
@@ -70,21 +73,21 @@ PYEOF
 if grep -qx torch <<<"$missing"; then
     if ! command -v nvidia-smi >/dev/null 2>&1 \
         && echo "ci/setup.sh: no NVIDIA driver: trying torch's CPU build (download.pytorch.org/whl/cpu, about 0.7 GB)" \
-        && "${PIP[@]}" install --quiet --timeout 15 --retries 0 "torch==2.14.1" "torchvision==0.29.1" \
+        && pip_install --timeout 15 --retries 0 "torch==2.14.1" "torchvision==0.29.1" \
             --index-url https://download.pytorch.org/whl/cpu 2>/dev/null; then
         echo "ci/setup.sh: installed torch's CPU build"
     else
         echo "ci/setup.sh: installing torch==2.14.1 torchvision==0.29.1 from PyPI (the CUDA build, about 5 GB; see README)"
-        "${PIP[@]}" install --quiet "torch==2.14.1" "torchvision==0.29.1"
+        pip_install "torch==2.14.1" "torchvision==0.29.1"
     fi
 fi
 if grep -qx mpcbench <<<"$missing"; then
     echo "ci/setup.sh: installing mpcbench (editable, with dev extras) from $ROOT"
-    "${PIP[@]}" install --quiet -e ".[dev]"
+    pip_install -e ".[dev]"
 fi
 if grep -qx example <<<"$missing"; then
     echo "ci/setup.sh: installing the example plugin examples/mpcbench-signsgd"
-    "${PIP[@]}" install --quiet -e examples/mpcbench-signsgd
+    pip_install -e examples/mpcbench-signsgd
 fi
 "$PY" -c "import suite, compressors, tasks, leaderboard" \
     || { echo "ci/setup.sh: mpcbench does not import after installation" >&2; exit 1; }
