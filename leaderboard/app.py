@@ -35,6 +35,7 @@ from leaderboard import ranking, views
 from leaderboard.index import load_details, load_index
 from leaderboard.labels import Scale, place_labels
 from leaderboard.networks import Link, format_bandwidth, remodel
+from leaderboard.page_notes import baseline_notice, entry_notice, entry_tier
 from suite.results import DEFAULT_STORE
 from suite.results.network import PROFILES
 
@@ -392,9 +393,16 @@ def main(argv: list[str] | None = None) -> None:
     tier = sb.selectbox(
         "Tier",
         tiers,
-        index=tiers.index(_url_default("tier", tiers, "quick" if "quick" in tiers else tiers[0])),
+        index=tiers.index(
+            _url_default(
+                "tier", tiers, entry_tier(shown, url_entry, task, tiers, "quick" if "quick" in tiers else tiers[0])
+            )
+        ),
         key="tier",
     )
+    for note in (entry_notice(shown, url_entry, task, tier), baseline_notice(shown, task, tier)):
+        if note:
+            st.info(note)
     rules = list(ranking.RULES)
     rule = sb.selectbox(
         "Ranking rule",
