@@ -24,6 +24,7 @@ import math
 import os
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import altair as alt
@@ -341,46 +342,67 @@ def _table_height(n: int) -> int:
     return 38 + 35 * max(n, 1)  # header + every row: the whole ranking, no scroll box
 
 
-def main(argv: list[str] | None = None) -> None:
-    st.set_page_config(page_title="mpcbench leaderboard", layout="wide")
-    st.title("mpcbench leaderboard")
-    st.caption(
-        "Compressing activations and gradients in pipeline- and data-parallel training: "
-        "quality against bytes on the wire and against time over a network."
-    )
-    stores, records_dirs = _sources(sys.argv[1:] if argv is None else argv)
-    index = _index(tuple(stores), tuple(records_dirs))
-    frame, problems = index.frame, index.problems
-    _init_from_url()
+@dataclass(frozen=True)
+class Filters:
+    """What the sidebar picked: every control of the page, in one place."""
 
-    sb = st.sidebar
-    sb.header("Filters")
+    task: str
+    tier: str
+    rule: str
+    quality: str
+    network: str | None  # column suffix of modeled times (None: no record has any)
+    link: Link | None  # the custom link to re-model at (None: a stored profile)
+    link_words: str
+    direction: str
+    min_ratio: float | None
+    include_local: bool
+    local_choice: bool  # the "Include local results" box is shown (local and committed rows both exist)
+
+
+def _local_rows(sb, frame: pd.DataFrame, stores: list[str]) -> tuple[pd.DataFrame, bool, bool]:
+    """(rows to show, include local results, whether the box was offered): local results only when ticked."""
     is_local = _local_mask(frame["source"], stores) if len(frame) else pd.Series(dtype=bool)
     has_local, has_committed = bool(is_local.any()), bool((~is_local).any())
-    include_local = True
-    if has_local and has_committed:
-        include_local = sb.checkbox(
-            "Include local results",
-            value=bool(st.session_state.get("_url_local", False)),
-            key="local",
-            help="Results from your results store, not committed records: other machine, other load.",
-        )
-        if not include_local:
-            frame = frame[~is_local]
-    shown = frame[frame["status"] == "ok"] if len(frame) else frame
-    if shown.empty:
-        st.info(
-            "No results to show yet. Run the benchmark (`mpcbench run` or `pytest suite`) to fill "
-            "results/store.jsonl, or add a submission under records/ (see docs/leaderboard.md)."
-        )
-        st.text(
-            "Sources read:\n" + "\n".join(f"  {p}" for p in [*stores, *records_dirs])
-            if stores or records_dirs
-            else "No sources given."
-        )
-        _skipped(problems)
-        return
+    if not (has_local and has_committed):
+        return frame, True, False
+    include = sb.checkbox(
+        "Include local results",
+        value=bool(st.session_state.get("_url_local", False)),
+        key="local",
+        help="Results from your results store, not committed records: other machine, other load.",
+    )
+    return (frame if include else frame[~is_local]), include, True
 
+
+def _no_results(stores: list[str], records_dirs: list[str], problems) -> None:
+    st.info(
+        "No results to show yet. Run the benchmark (`mpcbench run` or `pytest suite`) to fill "
+        "results/store.jsonl, or add a submission under records/ (see docs/leaderboard.md)."
+    )
+    st.text(
+        "Sources read:\n" + "\n".join(f"  {p}" for p in [*stores, *records_dirs])
+        if stores or records_dirs
+        else "No sources given."
+    )
+    _skipped(problems)
+
+
+def _rule_controls(sb, rule: ranking.Rule) -> float | None:
+    """The controls only some rules use (``Rule.controls``); returns the minimum ratio (None: unused)."""
+    if "min_ratio" not in rule.controls:
+        return None
+    return sb.number_input(
+        "Minimum compression ratio (0: any)",
+        min_value=0.0,
+        value=float(st.session_state.get("_url_min_ratio") or 0.0),
+        step=0.5,
+        key="min_ratio",
+    )
+
+
+def _sidebar(frame: pd.DataFrame, shown: pd.DataFrame, stores: list[str], records_dirs: list[str], **local) -> Filters:
+    """Every filter of the page, defaults from the URL."""
+    sb = st.sidebar
     tasks = sorted(shown["task"].unique())
     # ?entry=<entry id>: that entry's rows are what the reader came for (its first task by default)
     url_entry = str(st.session_state.get("_url_entry") or "")
@@ -420,8 +442,7 @@ def main(argv: list[str] | None = None) -> None:
         key="quality",
         help="The same trained model, evaluated with its compressor in the pipeline or without it.",
     )
-    profiles = ranking.network_profiles(frame)
-    network, link, link_words = _network_controls(sb, profiles)
+    network, link, link_words = _network_controls(sb, ranking.network_profiles(frame))
     directions = list(DIRECTION_LABELS)
     direction = sb.selectbox(
         "Direction",
@@ -430,15 +451,7 @@ def main(argv: list[str] | None = None) -> None:
         format_func=DIRECTION_LABELS.get,
         key="direction",
     )
-    min_ratio = None
-    if rule == "quality_at_ratio":
-        min_ratio = sb.number_input(
-            "Minimum compression ratio (0: any)",
-            min_value=0.0,
-            value=float(st.session_state.get("_url_min_ratio") or 0.0),
-            step=0.5,
-            key="min_ratio",
-        )
+    min_ratio = _rule_controls(sb, ranking.RULES[rule])
     sb.divider()
     sb.text(
         "Sources:\n"
@@ -447,33 +460,13 @@ def main(argv: list[str] | None = None) -> None:
             for p in [*stores, *records_dirs]
         )
     )
+    return Filters(task, tier, rule, quality, network, link, link_words, direction, min_ratio, **local)
 
-    # ------------------------------------------------------------------ ranking
-    if ranking.RULES[rule].needs_network and network is None:
-        st.error("No record has modeled times, so the time-to-target rule cannot rank; pick another rule.")
-        return
-    version = (str(index.path), index.path.stat().st_mtime_ns, include_local)
-    rows, agg = _ranked_input(frame, version, task, tier, link, index)
-    ranked = ranking.rank(agg, rule, min_ratio=min_ratio, network=network, direction=direction, quality=quality)
-    metric = next((m for m in ranked["metric_name"] if m), "quality")
-    higher = bool(ranked["higher_is_better"].iloc[0]) if len(ranked) else True
-    _write_url(
-        dict(
-            task=task,
-            tier=tier,
-            rule=rule,
-            quality=quality,
-            network=st.session_state.get("network"),
-            bw=st.session_state.get("bw") if link else None,
-            lat=st.session_state.get("lat") if link else None,
-            direction=direction,
-            min_ratio=min_ratio or None,
-            local=include_local if has_local and has_committed else None,
-        )
-    )
 
+def _ranking_section(f: Filters, ranked: pd.DataFrame, rows: pd.DataFrame, metric: str, higher: bool) -> float:
+    """The question, the task's facts and the ranked table; returns the task's target."""
     st.subheader("Ranking")
-    desc = TASK_DESCRIPTIONS.get(task)
+    desc = TASK_DESCRIPTIONS.get(f.task)
     if desc:
         st.caption(desc)
     warned = int((ranked["n_warnings"] > 0).sum()) if "n_warnings" in ranked else 0
@@ -486,19 +479,22 @@ def main(argv: list[str] | None = None) -> None:
     target = float(targets.iloc[0]) if len(targets) else math.nan
     mdd = ranked["mdd"].dropna()
     mdd_text = f"{mdd.median():.3g}" if len(mdd) else "unknown (one seed and no measured spread)"
-    st.text(
-        f"task: {task}    tier: {tier}    metric: {metric} ({'higher' if higher else 'lower'} is better), "
-        f"{QUALITY_LABELS[quality]}    target: {target:.4g}\n"
-        f"network: {link_words}    direction: {DIRECTION_LABELS[direction]}\n"
-        f"minimal detectable difference (alpha 0.05, vs baseline): {mdd_text}; smaller differences are 'not resolved'"
-    )
-    explanation = ranking.RULES[rule]
+    rule = ranking.RULES[f.rule]
     # our own text only: the metric name is record text, so it goes in only when it is a plain word
     safe_metric = metric if re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,39}", metric) else "quality"
-    st.markdown(f"**{explanation.title}.** {explanation.explain(safe_metric, higher_is_better=higher)}")
-    table = ranking.display_table(
-        ranked, network=network, direction=direction, quality=quality, mark_unresolved=rule == "quality_at_ratio"
+    question = rule.question(
+        safe_metric, higher_is_better=higher, target=target, network=f.link_words, min_ratio=f.min_ratio
     )
+    st.text(
+        f"{question}\n"
+        f"task: {f.task}    tier: {f.tier}    metric: {metric} ({'higher' if higher else 'lower'} is better), "
+        f"{QUALITY_LABELS[f.quality]}    target: {target:.4g}\n"
+        f"network: {f.link_words}    direction: {DIRECTION_LABELS[f.direction]}\n"
+        f"minimal detectable difference (alpha 0.05, vs baseline): {mdd_text}; smaller differences are 'not resolved'"
+    )
+    explanation = rule  # the rule's own text (the app's, not a record's)
+    st.markdown(f"**{explanation.title}.** {explanation.explain(safe_metric, higher_is_better=higher)}")
+    table = ranking.display_table(ranked, network=f.network, direction=f.direction, quality=f.quality)
     # st.dataframe, not st.table: st.table renders markdown in cells, and record text must stay inert
     st.dataframe(
         table,
@@ -508,36 +504,42 @@ def main(argv: list[str] | None = None) -> None:
         key="ranking_table",
         column_config={c: st.column_config.TextColumn(width="medium") for c in ("entry", "compressor", "setup")},
     )
+    return target
 
-    # ------------------------------------------------------------------ Pareto plot
+
+def _pareto_section(f: Filters, ranked: pd.DataFrame, metric: str, higher: bool) -> None:
     st.subheader("Quality versus bytes")
-    chart = _pareto_chart(ranked, direction, metric, higher)
+    chart = _pareto_chart(ranked, f.direction, metric, higher)
     if chart is None:
-        st.info(f"No entry sent bytes in the {DIRECTION_LABELS[direction]} direction; pick another direction.")
+        st.info(f"No entry sent bytes in the {DIRECTION_LABELS[f.direction]} direction; pick another direction.")
     else:
         st.altair_chart(chart, width="content")
 
-    # ------------------------------------------------------------------ time to quality
-    labels = _row_labels(ranked)  # rows that differ only by setup get the setup in their label
+
+def _time_to_quality_section(
+    f: Filters, rows: pd.DataFrame, labels: dict, own: list[str], metric: str, higher: bool, target: float
+) -> tuple[list[tuple[str, str, str]], pd.DataFrame]:
+    """The time-to-quality plot of the chosen rows; returns (chosen rows' keys, their detailed records)."""
     st.subheader("Time to quality")
     st.caption(
         "Quality against modeled wall-clock time at the chosen network: the measured compute and compression "
         "times and the measured bytes of every step, replayed over the link. Dashed horizontal line: the target. "
         "Emulated-link measurements, where records have them, are drawn dashed."
     )
-    own = [lbl for lbl, key in labels.items() if key[0] == url_entry]
     default = list(dict.fromkeys(own[:6] + list(labels)[: max(0, 6 - len(own[:6]))] + list(labels)[:1]))
     chosen = st.multiselect("Entries", list(labels), default=default, key="curves")
     sel = [labels[c] for c in chosen]
     picked = rows[views._selected(rows, sel) & rows["latest"] & (rows["status"] == "ok")] if sel else rows.iloc[:0]
     detailed = load_details(picked) if len(picked) else picked.assign(curve=[], timing_inputs=[])
-    ttq = ranking.time_to_quality_frame(detailed, _link_for_plot(network, link), sel, quality=quality)
+    ttq = ranking.time_to_quality_frame(detailed, _link_for_plot(f.network, f.link), sel, quality=f.quality)
     if ttq.empty:
         st.text("No curve points with timing inputs for the selected entries.")
     else:
-        st.altair_chart(_ttq_chart(ttq, metric, higher, link_words, target), width="content")
+        st.altair_chart(_ttq_chart(ttq, metric, higher, f.link_words, target), width="content")
+    return sel, detailed
 
-    # ------------------------------------------------------------------ curves
+
+def _curves_section(detailed: pd.DataFrame, sel: list, metric: str) -> None:
     st.subheader("Training curves")
     curves = ranking.curve_frame(detailed, sel) if len(detailed) else pd.DataFrame()
     if curves.empty:
@@ -545,45 +547,104 @@ def main(argv: list[str] | None = None) -> None:
     else:
         st.altair_chart(_curves_chart(curves, metric), width="content")
 
-    # ------------------------------------------------------------------ detail
+
+def _detail_section(f: Filters, rows: pd.DataFrame, labels: dict, own: list[str]) -> None:
+    """One row's card, its warnings and its raw records."""
     st.subheader("Entry details")
     options = list(labels)
     first = own[0] if own else (options[0] if options else None)
     pick = st.selectbox(
         "Entry", options, index=options.index(_url_default("entry", options, first)) if options else 0, key="detail"
     )
-    if pick:
-        _write_url({"entry": pick})
-        e, c, s = labels[pick]
-        one = rows[(rows["entry"] == e) & (rows["compressor"] == c) & (rows["setup"] == s)]
-        detail = ranking.entry_detail(load_details(one), task, tier, e, c, s)
-        card = ranking.entry_card(detail)
+    if not pick:
+        return
+    _write_url({"entry": pick})
+    e, c, s = labels[pick]
+    one = rows[(rows["entry"] == e) & (rows["compressor"] == c) & (rows["setup"] == s)]
+    detail = ranking.entry_detail(load_details(one), f.task, f.tier, e, c, s)
+    card = ranking.entry_card(detail)
+    st.dataframe(
+        pd.DataFrame(card, columns=["", "value"]),
+        hide_index=True,
+        width="stretch",
+        key="detail_card",
+        height=_table_height(len(card)),
+        column_config={"value": st.column_config.TextColumn(width="large")},
+    )
+    warnings = detail.get("warnings") or []
+    if warnings:
+        st.text(f"Warnings in this entry's records ({len(warnings)}):")
         st.dataframe(
-            pd.DataFrame(card, columns=["", "value"]),
+            pd.DataFrame(warnings, columns=["seed", "warning"]),
             hide_index=True,
             width="stretch",
-            key="detail_card",
-            height=_table_height(len(card)),
-            column_config={"value": st.column_config.TextColumn(width="large")},
+            key="detail_warnings",
+            column_config={"warning": st.column_config.TextColumn(width="large")},
         )
-        warnings = detail.get("warnings") or []
-        if warnings:
-            st.text(f"Warnings in this entry's records ({len(warnings)}):")
-            st.dataframe(
-                pd.DataFrame(warnings, columns=["seed", "warning"]),
-                hide_index=True,
-                width="stretch",
-                key="detail_warnings",
-                column_config={"warning": st.column_config.TextColumn(width="large")},
-            )
-        else:
-            st.text("No warnings in this entry's records.")
-        with st.expander("Raw records (JSON)", expanded=False):
-            st.json(detail, expanded=1)
+    else:
+        st.text("No warnings in this entry's records.")
+    with st.expander("Raw records (JSON)", expanded=False):
+        st.json(detail, expanded=1)
 
+
+def _write_filters_to_url(f: Filters) -> None:
+    _write_url(
+        dict(
+            task=f.task,
+            tier=f.tier,
+            rule=f.rule,
+            quality=f.quality,
+            network=st.session_state.get("network"),
+            bw=st.session_state.get("bw") if f.link else None,
+            lat=st.session_state.get("lat") if f.link else None,
+            direction=f.direction,
+            min_ratio=f.min_ratio or None,
+            local=f.include_local if f.local_choice else None,
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The page, top to bottom: sources, filters, ranking, plots, details."""
+    st.set_page_config(page_title="mpcbench leaderboard", layout="wide")
+    st.title("mpcbench leaderboard")
+    st.caption(
+        "Compressing activations and gradients in pipeline- and data-parallel training: "
+        "quality against bytes on the wire and against time over a network."
+    )
+    stores, records_dirs = _sources(sys.argv[1:] if argv is None else argv)
+    index = _index(tuple(stores), tuple(records_dirs))
+    _init_from_url()
+    st.sidebar.header("Filters")
+    frame, include_local, local_choice = _local_rows(st.sidebar, index.frame, stores)
+    shown = frame[frame["status"] == "ok"] if len(frame) else frame
+    if shown.empty:
+        _no_results(stores, records_dirs, index.problems)
+        return
+    f = _sidebar(frame, shown, stores, records_dirs, include_local=include_local, local_choice=local_choice)
+
+    rule = ranking.RULES[f.rule]
+    if rule.needs_network and f.network is None:
+        st.error(f"No record has modeled times, so the rule '{rule.title}' cannot rank; pick another rule.")
+        return
+    version = (str(index.path), index.path.stat().st_mtime_ns, f.include_local)
+    rows, agg = _ranked_input(frame, version, f.task, f.tier, f.link, index)
+    ranked = rule.rank(agg, min_ratio=f.min_ratio, network=f.network, direction=f.direction, quality=f.quality)
+    metric = next((m for m in ranked["metric_name"] if m), "quality")
+    higher = bool(ranked["higher_is_better"].iloc[0]) if len(ranked) else True
+    _write_filters_to_url(f)
+
+    target = _ranking_section(f, ranked, rows, metric, higher)
+    _pareto_section(f, ranked, metric, higher)
+    labels = _row_labels(ranked)  # rows that differ only by setup get the setup in their label
+    url_entry = str(st.session_state.get("_url_entry") or "")
+    own = [lbl for lbl, key in labels.items() if key[0] == url_entry]
+    sel, detailed = _time_to_quality_section(f, rows, labels, own, metric, higher, target)
+    _curves_section(detailed, sel, metric)
+    _detail_section(f, rows, labels, own)
     with st.expander("All aggregated columns"):
         st.dataframe(ranked.drop(columns=["seeds", "code_versions"], errors="ignore"), hide_index=True, width="stretch")
-    _skipped(problems)
+    _skipped(index.problems)
 
 
 main()

@@ -1,7 +1,8 @@
 """Ranking rules as objects: each :class:`Rule` ranks an aggregate within every (task, tier).
 
 The app's rule picker, ``mpcbench report --rule`` and the docs iterate :data:`RULES`; adding
-a rule is one subclass of :class:`Rule` and one line in :data:`RULES`::
+a rule is one subclass of :class:`Rule` (its keys, its question, its rank labels) and one
+entry in :data:`RULES`, in this file only::
 
     for rule in RULES.values():
         table = rule.rank(agg, network="1Gbps")     # + "rank", sorted
@@ -14,6 +15,7 @@ the same trained model evaluated on plain activations); the page says which one 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +26,9 @@ from leaderboard.networks import network_profiles
 
 __all__ = [
     "QUALITIES",
+    "CONTROLS",
     "Rule",
+    "goal_text",
     "QualityAtRatio",
     "TimeToTarget",
     "ParetoRank",
@@ -82,23 +86,69 @@ def pareto_front(df: pd.DataFrame, x: str, y: str, *, minimize_x: bool = True, m
 
 
 # --------------------------------------------------------------------------- rules
+# the page's and the report's controls a rule may use, beyond task, tier, quality and direction
+CONTROLS = {
+    "network": "the network profile or link whose modeled times rank (time_to_target_s@<network>)",
+    "min_ratio": "the minimum mean compression ratio a row needs to be ranked",
+}
+
+
+def goal_text(metric: str, higher_is_better: bool, target: float | None) -> str:
+    """``"accuracy >= 0.73"``: the task's target in words (the metric alone when unknown)."""
+    if target is None or target != target:
+        return metric
+    return f"{metric} {'>=' if higher_is_better else '<='} {target:g}"
+
+
 @dataclass(frozen=True)
 class Rule:
     """A ranking rule: ``name`` (the CLI's ``--rule``), ``title`` (the page's picker),
-    ``explanation`` (what it means; ``{better}`` is filled by :meth:`explain`)."""
+    ``explanation`` (what it means; ``{better}`` is filled by :meth:`explain`), ``controls``
+    (which of :data:`CONTROLS` the page shows and the report passes for it).
+
+    A rule owns everything that differs between rules: its sort keys (:meth:`keys`), the
+    question it answers (:meth:`question`), and how a rank is written, with its "not
+    resolved" marks (:meth:`rank_labels`); the page and the report only call these."""
 
     name: str
     title: str
     explanation: str
-    needs_network: bool = False
+    controls: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = [c for c in self.controls if c not in CONTROLS]
+        if unknown:
+            raise ValueError(f"rule {self.name!r}: unknown control(s) {unknown}; valid: {', '.join(CONTROLS)}")
+
+    @property
+    def needs_network(self) -> bool:
+        """Whether the rule ranks modeled times (the page needs a network to show it)."""
+        return "network" in self.controls
 
     def explain(self, metric: str = "quality", *, higher_is_better: bool = True) -> str:
         """The explanation with the task's own metric name, e.g. "lower val_loss first"."""
         return self.explanation.replace("{better}", f"{'higher' if higher_is_better else 'lower'} {metric} first")
 
+    def question(
+        self,
+        metric: str,
+        *,
+        higher_is_better: bool = True,
+        target: float | None = None,
+        network: str | None = None,
+        min_ratio: float | None = None,
+    ) -> str:
+        """The question the ranking answers, in one line ("Q: which compressor ...?")."""
+        raise NotImplementedError
+
     def keys(self, out: pd.DataFrame, quality_key: pd.Series, *, min_ratio, network, direction) -> list[pd.Series]:
         """Lexicographic sort keys, smaller is better; NaN in the first key: not ranked."""
         raise NotImplementedError
+
+    def rank_labels(self, ranked: pd.DataFrame) -> list[str]:
+        """The rank as shown, for the rows of one (task, tier) in rank order: ``"-"`` for an
+        unranked row. Rules that can tell resolved from unresolved order mark it here."""
+        return ["-" if pd.isna(r) else str(int(r)) for r in ranked["rank"]]
 
     def rank(
         self,
@@ -112,10 +162,11 @@ class Rule:
         """Rank ``agg`` (:func:`leaderboard.statistics.aggregate`) within each (task, tier).
 
         Returns a copy with ``rank`` (Int64; NA = not ranked: below ``min_ratio``, no ok
-        seeds, or no value for the rule) sorted by task, tier, rank, and ``quality`` (the
-        ranked metric column's values). ``direction`` picks which bytes / ratio the rules use;
-        ``network`` is a column suffix (``time_to_target_s@<network>``; default: the fastest
-        profile present); ``quality`` is a key of :data:`QUALITIES`.
+        seeds, or no value for the rule) sorted by task, tier, rank, ``rank_label`` (the rank
+        as shown, :meth:`rank_labels`) and ``quality`` (the ranked metric column's values).
+        ``direction`` picks which bytes / ratio the rules use; ``network`` is a column suffix
+        (``time_to_target_s@<network>``; default: the fastest profile present); ``quality``
+        is a key of :data:`QUALITIES`.
         """
         if direction not in BYTE_DIRECTIONS:
             raise ValueError(f"unknown direction {direction!r}; valid: {', '.join(BYTE_DIRECTIONS)}")
@@ -123,6 +174,7 @@ class Rule:
             raise ValueError(f"unknown quality {quality!r}; valid: {', '.join(QUALITIES)}")
         out = agg.copy()
         out["rank"] = pd.Series(pd.NA, index=out.index, dtype="Int64")
+        out["rank_label"] = "-"
         if out.empty:
             return out
         col = QUALITIES[quality][0]
@@ -142,7 +194,10 @@ class Rule:
         out["_rank_sort"] = out["rank"].astype(float).fillna(np.inf)
         ties = ["entry", "compressor"] + (["setup"] if "setup" in out else [])
         out = out.sort_values(["task", "tier", "_rank_sort", *key_cols, *ties], kind="stable")
-        return out.drop(columns=[*key_cols, "_rank_sort"]).reset_index(drop=True)
+        out = out.drop(columns=[*key_cols, "_rank_sort"]).reset_index(drop=True)
+        for _, g in out.groupby(["task", "tier"], sort=False):
+            out.loc[g.index, "rank_label"] = self.rank_labels(g)
+        return out
 
     def _positions(self, g: pd.DataFrame, key_cols: list[str]) -> list[int]:
         """Dense position of the lexicographic key; equal keys share the smaller rank."""
@@ -158,6 +213,29 @@ class Rule:
 
 
 class QualityAtRatio(Rule):
+    def question(self, metric, *, higher_is_better=True, target=None, network=None, min_ratio=None):
+        at = f" at >= {min_ratio:g}x compression" if min_ratio else ""
+        best = "highest" if higher_is_better else "lowest"
+        return (
+            f"Q: which compressor gives the {best} {metric}{at}? (target {goal_text(metric, higher_is_better, target)})"
+        )
+
+    def rank_labels(self, ranked):
+        """``"4 (≈3)"`` where the row's quality is within the minimal detectable difference of
+        the ranked row above it: the data do not resolve their order."""
+        labels, prev = [], None  # (quality, rank text) of the ranked row above
+        for rank_, q, mdd in zip(ranked["rank"], ranked["quality"], ranked.get("mdd", [math.nan] * len(ranked))):
+            if pd.isna(rank_):
+                labels.append("-")
+                continue
+            text = str(int(rank_))
+            q, mdd = float(q), float(mdd) if mdd is not None and not pd.isna(mdd) else math.nan
+            if prev is not None and not math.isnan(mdd) and not math.isnan(q) and abs(q - prev[0]) < mdd:
+                text += f" (≈{prev[1].split(' ')[0]})"
+            prev = (q, text)
+            labels.append(text)
+        return labels
+
     def keys(self, out, quality_key, *, min_ratio, network, direction):
         eligible = (out["n"] > 0) & quality_key.notna()
         if min_ratio is not None:
@@ -166,6 +244,12 @@ class QualityAtRatio(Rule):
 
 
 class TimeToTarget(Rule):
+    def question(self, metric, *, higher_is_better=True, target=None, network=None, min_ratio=None):
+        goal = goal_text(metric, higher_is_better, target)
+        return (
+            f"Q: which compressor first reaches {goal} over a {network} link? (modeled from measured compute and bytes)"
+        )
+
     def keys(self, out, quality_key, *, min_ratio, network, direction):
         profiles = [c.split("@", 1)[1] for c in out.columns if c.startswith("time_to_target_s@")]
         if not profiles:
@@ -180,6 +264,10 @@ class TimeToTarget(Rule):
 
 
 class ParetoRank(Rule):
+    def question(self, metric, *, higher_is_better=True, target=None, network=None, min_ratio=None):
+        goal = goal_text(metric, higher_is_better, target)
+        return f"Q: which compressors are on the {metric}-versus-bytes frontier? (target {goal})"
+
     def keys(self, out, quality_key, *, min_ratio, network, direction):
         eligible = out["n"] > 0
         col = f"bytes_per_step_{direction}"
@@ -210,6 +298,7 @@ RULES: dict[str, Rule] = {
             "than 2 seeds), and 'not resolved' marks a difference smaller than the minimal detectable "
             "difference of the task and tier (measured seed spread and evaluation-set size): noise, "
             "not order.",
+            controls=("min_ratio",),
         ),
         TimeToTarget(
             "time_to_target",
@@ -220,7 +309,7 @@ RULES: dict[str, Rule] = {
             "the target. Entries whose every seed reached the target rank first, then entries where only "
             "some seeds reached it (the reached column says how many), and entries that never reached "
             "the target rank last.",
-            needs_network=True,
+            controls=("network",),
         ),
         ParetoRank(
             "pareto",

@@ -318,11 +318,9 @@ def display_table(
     network: str | None = None,
     direction: str = "total",
     quality: str = "compressed",
-    mark_unresolved: bool = False,
 ) -> pd.DataFrame:
     """Human-readable ranking table (strings) from :meth:`leaderboard.rules.Rule.rank` output:
-    rank (with ``mark_unresolved``, for rules that rank by quality: ``"4 (≈3)"`` when the row's quality is within the minimal detectable difference of
-    the row above: not resolved from it), entry, compressor with its parameters where the
+    rank (the rule's ``rank_label``, with its "not resolved" marks, e.g. ``"4 (≈3)"``), entry, compressor with its parameters where the
     records spell them out, quality ``mean ± std (n)`` (the metric the task reports, headed
     with its name; ``"(no compression at eval)"`` when ``quality="uncompressed"``), delta
     against the baseline with its significance marker (``"not resolved"`` below the MDD,
@@ -341,7 +339,6 @@ def display_table(
         " (no compression at eval)" if quality == "uncompressed" else ""
     )
     qcol = "metric_mean" if quality == "compressed" else "metric_uncompressed_mean"
-    prev: tuple[float, str] | None = None  # (quality, rank text) of the ranked row above, per table
     for r in ranked.to_dict("records"):
         std = r.get("metric_std") if quality == "compressed" else math.nan
         q = _num(r.get(qcol, math.nan))
@@ -360,19 +357,7 @@ def display_table(
             delta += (
                 " (vs maintainers'" + ("" if r.get("baseline_same_machine") is not False else ", other machine") + ")"
             )
-        rank_text = "-" if pd.isna(r["rank"]) else str(int(r["rank"]))
-        mdd = _num(r.get("mdd", math.nan))
-        if (
-            mark_unresolved
-            and rank_text != "-"
-            and prev is not None
-            and not math.isnan(mdd)
-            and not math.isnan(q)
-            and abs(q - prev[0]) < mdd
-        ):
-            rank_text += f" (≈{prev[1].split(' ')[0]})"
-        if rank_text != "-":
-            prev = (q, rank_text)
+        rank_text = r.get("rank_label") or ("-" if pd.isna(r["rank"]) else str(int(r["rank"])))
         row = {
             "rank": rank_text,
             "entry": r["entry"],

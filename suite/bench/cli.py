@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -333,130 +332,11 @@ def _load_for_report(args: argparse.Namespace) -> tuple[Any, list[str]]:
     return index.frame, msgs
 
 
-def _default_network(frame) -> str | None:
-    from leaderboard.ranking import network_profiles
-
-    profiles = network_profiles(frame)
-    if not profiles:
-        return None
-    return "1Gbps" if "1Gbps" in profiles else profiles[len(profiles) // 2]
-
-
-def _markdown(df) -> str:
-    """A markdown table whose cells are inert text (record text may hold markup, HTML or newlines)."""
-    from leaderboard.safe_text import markdown_cell
-
-    cols = [markdown_cell(c) for c in df.columns]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for row in df.astype(str).itertuples(index=False):
-        lines.append("| " + " | ".join(markdown_cell(v) for v in row) + " |")
-    return "\n".join(lines)
-
-
-REPORT_WIDTH = 120  # the default text report fits this many columns
-
-
-def _question(rule: str, g, target: float | None, network: str | None, min_ratio: float | None) -> str:
-    """The question the ranking answers, with the task's target (time-to-target is measured against it)."""
-    metric = g["metric_name"].iloc[0] or "quality"
-    higher = bool(g["higher_is_better"].iloc[0]) if "higher_is_better" in g else True
-    goal = f"{metric} {'>=' if higher else '<='} {target:g}" if target is not None and target == target else metric
-    if rule == "time_to_target":
-        return (
-            f"Q: which compressor first reaches {goal} over a {network} link? (modeled from measured compute and bytes)"
-        )
-    if rule == "pareto":
-        return f"Q: which compressors are on the {metric}-versus-bytes frontier? (target {goal})"
-    at = f" at >= {min_ratio:g}x compression" if min_ratio else ""
-    return f"Q: which compressor gives the {'highest' if higher else 'lowest'} {metric}{at}? (target {goal})"
-
-
-def _narrow(table, network: str | None, direction: str):
-    """The default text table: the columns that answer the question, within REPORT_WIDTH characters.
-
-    Entry, machine and load become notes above the table when one value holds for every row;
-    then the least needed columns go first until the table fits. Returns (table, notes)."""
-    notes = []
-    keep = table.copy()
-    for col, label in (("entry", "entry"), ("measured on (load)", "measured on")):
-        if col in keep and keep[col].nunique() <= 1:
-            notes.append(f"{label}: {keep[col].iloc[0] if len(keep) else '-'}")
-            keep = keep.drop(columns=col)
-    optional = [
-        "measured on (load)",
-        "step time",
-        "train time",
-        "ratio fwd / bwd / dp",
-        f"bytes/step {direction}",
-        "entry",
-        f"ratio {direction}",
-    ]
-    for col in optional:
-        if _width(keep) <= REPORT_WIDTH:
-            break
-        if col in keep:
-            keep = keep.drop(columns=col)
-    if _width(keep) > REPORT_WIDTH and "Δ vs none" in keep:  # the longest text: shorten the significance words
-        keep["Δ vs none"] = keep["Δ vs none"].str.replace("n too small", "n<2").str.replace(", not resolved", " ~")
-        notes.append("Δ vs none: n<2 = fewer than 2 seeds (no test); ~ = within the minimal detectable difference")
-    return keep, notes
-
-
-def _width(table) -> int:
-    text = table.to_string(index=False)
-    return max((len(line) for line in text.splitlines()), default=0)
-
-
-def _terminal(df):
-    """The table with every text cell and header passed through ``plain`` (no escape sequences reach the terminal)."""
-    from leaderboard.safe_text import plain
-
-    return df.astype(str).map(plain).rename(columns=plain)
-
-
-def _linked_records(frame) -> list[dict[str, Any]]:
-    """Full records (from their source files) of the index rows that ran over a real or emulated link."""
-    from leaderboard.index import _scan  # noqa: PLC2701 - the index's own validated reader
-
-    if "measured_link_step_s" not in frame or "source" not in frame:
-        return []
-    linked = frame[frame["measured_link_step_s"].notna()]
-    out: list[dict[str, Any]] = []
-    for source, g in linked.groupby("source", sort=False):
-        p = Path(source)
-        files = sorted(f for f in p.iterdir() if f.suffix == ".jsonl") if p.is_dir() else [p]
-        out += list(_scan(files, set(g["record_id"])).values())
-    return out
-
-
-def _mdd_line(task: str, tier: str, g: Any) -> str:
-    """The minimal detectable difference of a task and tier (issue 18): per row from the row's and
-    its baseline's seeds, and for 3 vs 3 seeds at the task's measured seed std."""
-    from leaderboard.statistics import MEASURED_SPREAD, minimal_detectable_difference
-
-    parts = []
-    rows = g["mdd"].dropna() if "mdd" in g else []
-    if len(rows):
-        lo, hi = float(rows.min()), float(rows.max())
-        parts.append(f"{lo:.3g}" + (f"-{hi:.3g}" if hi > lo else "") + " for these rows")
-    known = MEASURED_SPREAD.get((task, tier))
-    if known is not None:
-        mdd3 = minimal_detectable_difference(known.seed_std, 3, 3)
-        parts.append(f"{mdd3:.3g} for 3 vs 3 seeds at the measured seed std {known.seed_std:.3g}")
-    if not parts:
-        return "minimal detectable difference: unknown (fewer than 2 seeds and no measured spread for this tier)"
-    return (
-        "minimal detectable difference (two-sided t-test, alpha 0.05, power 0.5): "
-        + "; ".join(parts)
-        + "; smaller differences are not resolved"
-    )
-
-
 def cmd_report(args: argparse.Namespace) -> int:
-    import pandas as pd
-
-    from leaderboard.ranking import RULES, aggregate, display_table, network_profiles
+    from leaderboard.report import ReportOptions, linked_records, write_report
     from leaderboard.safe_text import plain
+
+    from .links import format_rows, link_rows
 
     frame, problems = _load_for_report(args)
     for p in problems:
@@ -468,77 +348,19 @@ def cmd_report(args: argparse.Namespace) -> int:
     if frame.empty:
         print("no records to report (run `mpcbench run --tier quick` first)", file=sys.stderr)
         return EXIT_FAILED
-    profiles = network_profiles(frame)
-    network = args.network or _default_network(frame)
-    if args.network and args.network not in profiles:
-        raise UsageError(
-            f"unknown network profile {args.network!r}; valid: {', '.join(profiles) or '(none in these records)'}"
-        )
-    agg = aggregate(frame)
+    opts = ReportOptions(
+        rule=args.rule,
+        network=args.network,
+        direction=args.direction,
+        min_ratio=args.min_ratio,
+        format=args.format,
+        wide=args.wide,
+    )
+    rows = link_rows(linked_records(frame)) if args.format != "csv" else []  # runs over real or emulated links
     try:
-        rule = RULES[args.rule]
-        ranked = rule.rank(agg, min_ratio=args.min_ratio, network=network, direction=args.direction)
-    except KeyError:
-        raise UsageError(f"unknown ranking rule {args.rule!r}; valid rules: {', '.join(RULES)}") from None
+        write_report(frame, opts, sys.stdout, links_text=format_rows(rows) if rows else "")
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if args.format == "csv":
-        ranked.drop(
-            columns=[c for c in ranked.columns if ranked[c].map(lambda v: isinstance(v, (list, dict))).any()]
-        ).to_csv(sys.stdout, index=False)
-        return EXIT_OK
-    print(
-        f"ranking: {rule.title}"
-        + (f" (network {network})" if network else "")
-        + ("" if args.wide or args.format != "text" else f"; at most {REPORT_WIDTH} columns (--wide: every column)")
-    )
-    targets = frame.groupby(["task", "tier"])["target"].first().to_dict()
-    with pd.option_context("display.max_columns", None, "display.width", 250, "display.max_colwidth", 60):
-        for (task, tier), g in ranked.groupby(["task", "tier"], sort=True):
-            table = display_table(
-                g, network=network, direction=args.direction, mark_unresolved=rule.name == "quality_at_ratio"
-            )
-            n_seeds = sorted({int(n) for n in g["n"]})
-            print()
-            print(
-                plain(
-                    f"== {task} / {tier}  (metric: {g['metric_name'].iloc[0] or '?'}; seeds per entry: "
-                    f"{', '.join(map(str, n_seeds))}) =="
-                )
-            )
-            print(plain(_question(rule.name, g, targets.get((task, tier)), network, args.min_ratio)))
-            mdd = plain(_mdd_line(task, tier, g))
-            print(mdd if args.wide else "\n".join(textwrap.wrap(mdd, REPORT_WIDTH, subsequent_indent="  ")))
-            if args.format == "text":
-                table = _terminal(table)  # record text: no control characters reach the terminal
-            if not args.wide and args.format == "text":
-                table, notes = _narrow(table, network, args.direction)
-                for note in notes:
-                    print(plain(note))
-            if args.format == "markdown":
-                print(_markdown(table))
-            else:
-                print(table.to_string(index=False))
-    from .links import format_rows, link_rows
-
-    records = _linked_records(frame)  # the index keeps scalars only: read back the runs over links
-    if rows := link_rows(records):  # runs over real or emulated links
-        print("\nmeasured over links next to the network model (mpcbench links):")
-        print("\n".join(plain(line) for line in format_rows(rows).splitlines()))
-    failed = frame[(frame["status"] != "ok") & frame["latest"]]
-    if len(failed):
-        print(f"\n{len(failed)} failed cell(s) (latest record per cell):")
-        for r in failed.itertuples(index=False):
-            print(plain(f"  {r.status}: {r.cell_id}: {r.error}"))
-
-    print()
-    print(
-        textwrap.fill(
-            "significance: Welch's t-test vs the 'none' baseline over seeds (* p<0.05, ** p<0.01, "
-            "*** p<0.001); 'n too small' with fewer than 2 seeds on either side (run with --seeds 3)",
-            REPORT_WIDTH,
-        )
-    )
     return EXIT_OK
 
 
@@ -701,7 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--wide",
         action="store_true",
-        help=f"every column (default: the answer's columns, at most {REPORT_WIDTH} characters wide)",
+        help="every column (default: the answer's columns, at most 120 characters wide)",
     )
     p.add_argument(
         "--min-ratio",

@@ -1,0 +1,210 @@
+"""The text report (``mpcbench report``): the leaderboard's views as terminal, markdown or CSV text.
+
+    opts = ReportOptions(rule="time_to_target", network="100Mbps")
+    write_report(frame, opts, sys.stdout)       # frame: leaderboard.index's rows
+
+Every number comes from the same functions the page calls (:func:`leaderboard.statistics.aggregate`,
+:meth:`leaderboard.rules.Rule.rank`, :func:`leaderboard.views.display_table`); the rule says
+which question it answers and how it marks ranks. Record text is untrusted: it reaches the
+terminal through :func:`leaderboard.safe_text.plain` and markdown through ``markdown_cell``.
+A bad option (unknown rule or network) raises ``ValueError`` naming the valid ones.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import pandas as pd
+
+from leaderboard.networks import network_profiles
+from leaderboard.rules import RULES
+from leaderboard.safe_text import markdown_cell, plain
+from leaderboard.statistics import MEASURED_SPREAD, aggregate, minimal_detectable_difference
+from leaderboard.views import display_table
+
+__all__ = ["REPORT_WIDTH", "FORMATS", "ReportOptions", "write_report", "default_network", "linked_records"]
+
+REPORT_WIDTH = 120  # the default text report fits this many columns
+FORMATS = ("text", "markdown", "csv")
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """What ``mpcbench report`` shows: the rule, its controls, and the output format."""
+
+    rule: str = "time_to_target"
+    network: str | None = None  # None: 1Gbps if present, else the middle profile
+    direction: str = "total"
+    min_ratio: float | None = None
+    format: str = "text"
+    wide: bool = False  # every column (text: else at most REPORT_WIDTH characters)
+
+
+def default_network(frame: pd.DataFrame) -> str | None:
+    """The report's network when none is asked for: 1Gbps if modeled, else the middle profile."""
+    profiles = network_profiles(frame)
+    if not profiles:
+        return None
+    return "1Gbps" if "1Gbps" in profiles else profiles[len(profiles) // 2]
+
+
+def markdown(df: pd.DataFrame) -> str:
+    """A markdown table whose cells are inert text (record text may hold markup, HTML or newlines)."""
+    cols = [markdown_cell(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in df.astype(str).itertuples(index=False):
+        lines.append("| " + " | ".join(markdown_cell(v) for v in row) + " |")
+    return "\n".join(lines)
+
+
+def _width(table: pd.DataFrame) -> int:
+    text = table.to_string(index=False)
+    return max((len(line) for line in text.splitlines()), default=0)
+
+
+def narrow(table: pd.DataFrame, direction: str) -> tuple[pd.DataFrame, list[str]]:
+    """The default text table: the columns that answer the question, within REPORT_WIDTH characters.
+
+    Entry, machine and load become notes above the table when one value holds for every row;
+    then the least needed columns go first until the table fits. Returns (table, notes)."""
+    notes = []
+    keep = table.copy()
+    for col, label in (("entry", "entry"), ("measured on (load)", "measured on")):
+        if col in keep and keep[col].nunique() <= 1:
+            notes.append(f"{label}: {keep[col].iloc[0] if len(keep) else '-'}")
+            keep = keep.drop(columns=col)
+    optional = [
+        "measured on (load)",
+        "step time",
+        "train time",
+        "ratio fwd / bwd / dp",
+        f"bytes/step {direction}",
+        "entry",
+        f"ratio {direction}",
+    ]
+    for col in optional:
+        if _width(keep) <= REPORT_WIDTH:
+            break
+        if col in keep:
+            keep = keep.drop(columns=col)
+    if _width(keep) > REPORT_WIDTH and "Δ vs none" in keep:  # the longest text: shorten the significance words
+        keep["Δ vs none"] = keep["Δ vs none"].str.replace("n too small", "n<2").str.replace(", not resolved", " ~")
+        notes.append("Δ vs none: n<2 = fewer than 2 seeds (no test); ~ = within the minimal detectable difference")
+    return keep, notes
+
+
+def terminal(df: pd.DataFrame) -> pd.DataFrame:
+    """The table with every text cell and header passed through ``plain`` (no escape sequences reach the terminal)."""
+    return df.astype(str).map(plain).rename(columns=plain)
+
+
+def mdd_line(task: str, tier: str, g: pd.DataFrame) -> str:
+    """The minimal detectable difference of a task and tier: per row from the row's and its
+    baseline's seeds, and for 3 vs 3 seeds at the task's measured seed std."""
+    parts = []
+    rows = g["mdd"].dropna() if "mdd" in g else []
+    if len(rows):
+        lo, hi = float(rows.min()), float(rows.max())
+        parts.append(f"{lo:.3g}" + (f"-{hi:.3g}" if hi > lo else "") + " for these rows")
+    known = MEASURED_SPREAD.get((task, tier))
+    if known is not None:
+        mdd3 = minimal_detectable_difference(known.seed_std, 3, 3)
+        parts.append(f"{mdd3:.3g} for 3 vs 3 seeds at the measured seed std {known.seed_std:.3g}")
+    if not parts:
+        return "minimal detectable difference: unknown (fewer than 2 seeds and no measured spread for this tier)"
+    return (
+        "minimal detectable difference (two-sided t-test, alpha 0.05, power 0.5): "
+        + "; ".join(parts)
+        + "; smaller differences are not resolved"
+    )
+
+
+def linked_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Full records (from their source files) of the index rows that ran over a real or emulated link."""
+    from leaderboard.index import _scan  # noqa: PLC2701 - the index's own validated reader
+
+    if "measured_link_step_s" not in frame or "source" not in frame:
+        return []
+    linked = frame[frame["measured_link_step_s"].notna()]
+    out: list[dict[str, Any]] = []
+    for source, g in linked.groupby("source", sort=False):
+        p = Path(source)
+        files = sorted(f for f in p.iterdir() if f.suffix == ".jsonl") if p.is_dir() else [p]
+        out += list(_scan(files, set(g["record_id"])).values())
+    return out
+
+
+def write_report(frame: pd.DataFrame, opts: ReportOptions, out: TextIO, *, links_text: str = "") -> None:
+    """Write the ranked tables of every (task, tier) in ``frame`` to ``out`` (see the module
+    docstring); ``links_text``: the measured-over-links table to print after them."""
+    if opts.rule not in RULES:
+        raise ValueError(f"unknown ranking rule {opts.rule!r}; valid rules: {', '.join(RULES)}")
+    if opts.format not in FORMATS:
+        raise ValueError(f"unknown format {opts.format!r}; valid: {', '.join(FORMATS)}")
+    rule = RULES[opts.rule]
+    profiles = network_profiles(frame)
+    if opts.network and opts.network not in profiles:
+        raise ValueError(
+            f"unknown network profile {opts.network!r}; valid: {', '.join(profiles) or '(none in these records)'}"
+        )
+    network = opts.network or default_network(frame)
+    agg = aggregate(frame)
+    ranked = rule.rank(agg, min_ratio=opts.min_ratio, network=network, direction=opts.direction)
+    if opts.format == "csv":
+        lists = [c for c in ranked.columns if ranked[c].map(lambda v: isinstance(v, (list, dict))).any()]
+        ranked.drop(columns=lists).to_csv(out, index=False)
+        return
+
+    def say(text: str = "") -> None:
+        out.write(text + "\n")
+
+    say(
+        f"ranking: {rule.title}"
+        + (f" (network {network})" if network else "")
+        + ("" if opts.wide or opts.format != "text" else f"; at most {REPORT_WIDTH} columns (--wide: every column)")
+    )
+    targets = frame.groupby(["task", "tier"])["target"].first().to_dict()
+    with pd.option_context("display.max_columns", None, "display.width", 250, "display.max_colwidth", 60):
+        for (task, tier), g in ranked.groupby(["task", "tier"], sort=True):
+            table = display_table(g, network=network, direction=opts.direction)
+            n_seeds = sorted({int(n) for n in g["n"]})
+            metric = g["metric_name"].iloc[0] or "quality"
+            higher = bool(g["higher_is_better"].iloc[0]) if "higher_is_better" in g else True
+            say()
+            say(plain(f"== {task} / {tier}  (metric: {metric}; seeds per entry: {', '.join(map(str, n_seeds))}) =="))
+            question = rule.question(
+                metric,
+                higher_is_better=higher,
+                target=targets.get((task, tier)),
+                network=network,
+                min_ratio=opts.min_ratio,
+            )
+            say(plain(question))
+            mdd = plain(mdd_line(task, tier, g))
+            say(mdd if opts.wide else "\n".join(textwrap.wrap(mdd, REPORT_WIDTH, subsequent_indent="  ")))
+            if opts.format == "text":
+                table = terminal(table)  # record text: no control characters reach the terminal
+            if not opts.wide and opts.format == "text":
+                table, notes = narrow(table, opts.direction)
+                for note in notes:
+                    say(plain(note))
+            say(markdown(table) if opts.format == "markdown" else table.to_string(index=False))
+    if links_text:  # runs over real or emulated links
+        say("\nmeasured over links next to the network model (mpcbench links):")
+        say("\n".join(plain(line) for line in links_text.splitlines()))
+    failed = frame[(frame["status"] != "ok") & frame["latest"]]
+    if len(failed):
+        say(f"\n{len(failed)} failed cell(s) (latest record per cell):")
+        for r in failed.itertuples(index=False):
+            say(plain(f"  {r.status}: {r.cell_id}: {r.error}"))
+    say()
+    say(
+        textwrap.fill(
+            "significance: Welch's t-test vs the 'none' baseline over seeds (* p<0.05, ** p<0.01, "
+            "*** p<0.001); 'n too small' with fewer than 2 seeds on either side (run with --seeds 3)",
+            REPORT_WIDTH,
+        )
+    )
