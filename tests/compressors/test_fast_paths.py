@@ -7,13 +7,21 @@ from __future__ import annotations
 import math
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
 from compressors import TensorInfo, TensorRole, build
 from compressors.builtins import sparsification
 from compressors.builtins._fast import Fused, abs_ge, dequant, fp8_decode, nonzero_1d, quant_codes, row_minmax
-from compressors.builtins.sparsification import Threshold, TopK, stratum_positions, topk_positions
+from compressors.builtins.sparsification import (
+    Threshold,
+    TopK,
+    rowwise_topk_mask,
+    rowwise_topk_positions,
+    stratum_positions,
+    topk_positions,
+)
 
 
 def _reference_topk(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -52,7 +60,64 @@ def test_topk_is_exact_when_the_sample_bound_is_wrong(monkeypatch, bound):
     k = 10_000
     wrong = {"too_high": x.abs().max(), "zero": torch.tensor(0.0)}[bound]
     monkeypatch.setattr(sparsification, "_sample_lower_bound", lambda *a: wrong)
+    bits = {"too_high": lambda b, k: (b & 0x7FFFFFFF).max(axis=1), "zero": lambda b, k: np.zeros(b.shape[0], b.dtype)}
+    monkeypatch.setattr(sparsification, "_row_lower_bounds", bits[bound])
     assert torch.equal(topk_positions(x, k), _reference_topk(x, k))
+    rows = x.view(10, -1)
+    assert torch.equal(rowwise_topk_positions(rows, 1_000), _old_rowwise(rows, 1_000))
+
+
+def _old_rowwise(rows: torch.Tensor, k: int) -> torch.Tensor:
+    """The selection before the CPU path (issue 28): kthvalue per row + a tie mask, in torch."""
+    return torch.nonzero(rowwise_topk_mask(rows, k).reshape(-1)).squeeze(1)
+
+
+def _tied(shape: tuple[int, ...], seed: int, levels: int, dtype) -> torch.Tensor:
+    """Values from a few magnitudes with both signs and zeros: heavy ties at every threshold."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-levels, levels + 1, shape, generator=g).to(dtype) / 4
+    return x
+
+
+_SHAPES = [(1, 5), (3, 7), (4, 1000), (2, 9000), (32, 64, 32), (8, 40_000), (3, 70_001), (1, 300_000), (700, 24)]
+
+
+@pytest.mark.parametrize("shape", _SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("data", ["normal", "ties", "zeros"])
+def test_rowwise_positions_equal_the_torch_selection_bit_for_bit(shape, dtype, data):
+    """The CPU path (sampled bound, blocked scan, NumPy selection on magnitude bits) keeps
+    exactly the positions the previous torch code kept, for many shapes, ratios and ties."""
+    n_rows = shape[0]
+    seed = sum(shape)
+    if data == "normal":
+        x = _randn(math.prod(shape), seed=seed, dtype=dtype)
+    elif data == "ties":
+        x = _tied(shape, seed, 3, dtype).reshape(-1)
+    else:
+        x = torch.zeros(math.prod(shape), dtype=dtype)
+        x[::7] = -0.0
+    rows = x.view(n_rows, -1)
+    s = rows.shape[1]
+    for ratio in (1e-4, 0.01, 0.1, 0.37, 0.9, 1.0):
+        k = min(s, max(1, math.ceil(ratio * s)))
+        got = rowwise_topk_positions(rows, k)
+        assert got.dtype == torch.int64
+        assert torch.equal(got, _old_rowwise(rows, k)), (ratio, k)
+        if n_rows == 1:
+            assert torch.equal(topk_positions(x, k), _reference_topk(x, k)), (ratio, k)
+
+
+def test_topk_compressor_output_is_unchanged_per_sample_and_per_token():
+    """Round trips of the CPU path equal a dense rebuild from the previous selection."""
+    for x in (_randn(8 * 3 * 40 * 40, seed=11).view(8, 3, 40, 40), _tied((4, 9, 700), 12, 2, torch.bfloat16)):
+        info = TensorInfo(TensorRole.ACTIVATION, 0, 0, 0, x.shape, x.dtype, x.device, seed=1)
+        for gran in ("sample", "token", "tensor"):
+            c = TopK(ratio=0.1, granularity=gran)
+            rows = x.reshape(c._rows(x), -1)
+            k = max(1, math.ceil(0.1 * rows.shape[1] - 1e-9))
+            keep = rowwise_topk_mask(rows, k).reshape(x.shape)
+            assert torch.equal(c.decompress(c.compress(x, info), info), torch.where(keep, x, torch.zeros_like(x))), gran
 
 
 def test_topk_result_does_not_depend_on_the_sample_seed():
@@ -198,3 +263,20 @@ def test_cuda_fast_paths_decode_like_cpu(spec):
         c = build(spec)
         out.append(c.decompress(c.compress(xd, info), info).cpu())
     torch.testing.assert_close(out[1], out[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_topk_selection_on_cuda_equals_the_cpu_path_bit_for_bit(dtype):
+    """CUDA keeps the torch selection (kthvalue / topk + tie mask); the CPU path (NumPy on
+    magnitude bits) must keep the same positions, ties included."""
+    for shape in [(8, 64, 256), (4, 70_001), (1, 300_000)]:
+        for data in ("normal", "ties"):
+            x = _randn(math.prod(shape), seed=7, dtype=dtype) if data == "normal" else _tied(shape, 7, 3, dtype)
+            rows = x.reshape(shape[0], -1)
+            k = math.ceil(0.1 * rows.shape[1])
+            cpu = rowwise_topk_positions(rows, k)
+            assert torch.equal(rowwise_topk_positions(rows.cuda(), k).cpu(), cpu), (shape, data)
+            if shape[0] == 1:
+                assert torch.equal(topk_positions(rows.reshape(-1).cuda(), k).cpu(), cpu), (shape, data)
