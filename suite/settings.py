@@ -15,7 +15,18 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["Setting", "SETTINGS", "get", "enabled", "check_consistency", "clock", "isolation", "trace", "git_commit"]
+__all__ = [
+    "Setting",
+    "SETTINGS",
+    "get",
+    "enabled",
+    "check_consistency",
+    "clock",
+    "isolation",
+    "trace",
+    "git_commit",
+    "cell_resources",
+]
 
 
 @dataclass(frozen=True)
@@ -92,6 +103,12 @@ SETTINGS: tuple[Setting, ...] = (
         "suite/pipeline/launch.py",
     ),
     Setting(
+        "MPCBENCH_CELL_RESOURCES",
+        "",
+        "set by `-j`, `pytest -n` and `--executor ray` on each cell: its threads and GPUs (JSON); not a user setting",
+        "suite/settings.py -> suite/bench/cell.py, suite/pipeline/worker.py",
+    ),
+    Setting(
         "MPCBENCH_RESULTS",
         "",
         "results stores the leaderboard app reads (os.pathsep-separated); ci/main.sh's store",
@@ -150,3 +167,18 @@ def trace() -> bool:
 def git_commit() -> str | None:
     """``MPCBENCH_GIT_COMMIT``: the commit of a copied checkout, or None."""
     return get("MPCBENCH_GIT_COMMIT").strip() or None
+
+
+def cell_resources() -> dict:
+    """``MPCBENCH_CELL_RESOURCES``: what the executor gave this cell (``cpu_threads``, ``gpus``,
+    ``executor``, ...), or ``{}`` when it runs alone (serial ``mpcbench run``)."""
+    import json
+
+    raw = get("MPCBENCH_CELL_RESOURCES").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -7,9 +7,11 @@ One test per cell (parametrized by ``suite.bench.pytest_plugin``). A cell
   a GPU the machine does not have, or when the results store already holds an ``ok`` record
   with the same cell key ("already in store": rerunning an interrupted matrix finishes only
   the missing cells);
-- otherwise runs in an isolated child process (``suite.bench.cell.run_cell``) timed by
+- otherwise runs in an isolated child process (``suite.bench.cell.run_cell``; under
+  pytest-xdist, ``-n N``, pinned to its worker's share of the cores and GPUs) timed by
   pytest-benchmark (one round, one iteration: a training run is not a microbenchmark), and
-  its record is appended to the store whatever happened;
+  its record is appended to the store whatever happened (xdist workers append side by side:
+  the store's lock keeps every line whole);
 - fails if the run failed, timed out, or produced non-finite metrics, with the one-line
   reason from the record.
 
@@ -26,7 +28,7 @@ from suite.bench.matrix import missing_device
 from suite.bench.runner import ALREADY_IN_STORE, cell_state, summarize_record
 
 
-def test_cell(mpcbench_cell, mpcbench_store, mpcbench_dry_run, benchmark) -> None:
+def test_cell(mpcbench_cell, mpcbench_store, mpcbench_dry_run, mpcbench_slot_env, benchmark) -> None:
     cell = mpcbench_cell
     if mpcbench_dry_run:
         pytest.skip(f"dry run: {cell_state(cell, mpcbench_store.done_keys())}")
@@ -38,7 +40,12 @@ def test_cell(mpcbench_cell, mpcbench_store, mpcbench_dry_run, benchmark) -> Non
         pytest.skip(ALREADY_IN_STORE)
     benchmark.extra_info["cell_id"] = cell.config.cell_id
     record = benchmark.pedantic(
-        run_cell, args=(cell,), kwargs={"log_dir": mpcbench_store.log_dir}, rounds=1, iterations=1, warmup_rounds=0
+        run_cell,
+        args=(cell,),
+        kwargs={"log_dir": mpcbench_store.log_dir, "env": mpcbench_slot_env},
+        rounds=1,
+        iterations=1,
+        warmup_rounds=0,
     )
     mpcbench_store.append(record)
     benchmark.extra_info.update(summarize_record(record))

@@ -129,19 +129,35 @@ def _launch(argv: list[str], log: Path, logf: Any, env: dict[str, str], task: st
     return _Spawned(argv, logf, env)
 
 
+_LIVE: set[Any] = set()  # cells running now (several with -j): killed when the runner is interrupted
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_running() -> None:
+    """Kill every cell process this runner has running (the parallel executors call it on Ctrl-C:
+    their worker threads cannot receive KeyboardInterrupt themselves)."""
+    with _LIVE_LOCK:
+        children = list(_LIVE)
+    for child in children:
+        _kill_group(child)
+
+
 def run_cell(
     cell: PlannedCell | CellConfig,
     *,
     log_dir: str | Path,
     time_limit_s: float | None = None,
     runtime: str = DEFAULT_RUNTIME,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run one cell in a child process; return its record (status ok, failed or timeout).
 
     Never raises for anything the cell does (KeyboardInterrupt is passed on after the
     child is killed). ``time_limit_s`` defaults to ``config.time_limit_s`` (None: no limit).
     ``runtime`` is the ``module:function`` (or ``file.py:function``) the child calls; only
-    tests change it.
+    tests change it. ``env``: variables set for this cell only (its slot's pinning,
+    ``suite.bench.resources.Slot.env``). Thread-safe: the parallel executors call it from
+    several threads at once.
     """
     from .provenance import provenance
 
@@ -161,13 +177,15 @@ def run_cell(
         cfg_file = Path(tmp) / "config.json"
         out_file = Path(tmp) / "result.json"
         cfg_file.write_text(json.dumps(config.to_dict()))
-        env = cell_environment()
+        env = {**cell_environment(), **(env or {})}
         argv = ["suite.bench.cell", "--config", str(cfg_file), "--out", str(out_file), "--runtime", runtime]
         t0 = time.perf_counter()
         with open(log, "a", encoding="utf-8") as logf:
             logf.write(f"=== {_now()} {config.cell_id} (key {config.key()}, limit {limit} s)\n")
             logf.flush()
             child = _launch(argv, log, logf, env, config.task)
+            with _LIVE_LOCK:
+                _LIVE.add(child)
             timed_out = False
             try:
                 rc = child.wait(limit)
@@ -180,6 +198,9 @@ def run_cell(
             except BaseException:  # Ctrl-C / runner shutdown: leave nothing running
                 _kill_group(child)
                 raise
+            finally:
+                with _LIVE_LOCK:
+                    _LIVE.discard(child)
         wall = time.perf_counter() - t0
         payload = None
         if out_file.exists():
@@ -288,6 +309,16 @@ def _log_progress_to_stdout() -> None:
     logger.propagate = False
 
 
+def _pin_threads() -> None:
+    """A cell run beside others uses the threads its executor gave it (a forked child inherits the
+    fork server's torch, already imported: OMP_NUM_THREADS alone would come too late)."""
+    threads = settings.cell_resources().get("cpu_threads")
+    if threads:
+        import torch
+
+        torch.set_num_threads(max(1, int(threads)))
+
+
 def execute(config_file: str | Path, out_file: str | Path, runtime: str = DEFAULT_RUNTIME) -> int:
     """The child's work: validate, run, write ``{"ok", "result" | "error", "wall_s", "provenance"}``.
 
@@ -301,6 +332,7 @@ def execute(config_file: str | Path, out_file: str | Path, runtime: str = DEFAUL
         from .provenance import provenance
 
         config = CellConfig.from_dict(json.loads(Path(config_file).read_text())).validate()
+        _pin_threads()
         prov = provenance(config)
         module, _, fn = runtime.rpartition(":") if runtime.count(":") else (runtime, "", "run")
         run = getattr(_import(module), fn or "run")

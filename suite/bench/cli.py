@@ -162,11 +162,27 @@ def _selection(args: argparse.Namespace):
     return selection_from(vars(args), Path.cwd())
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    if not args.dry_run:  # the fork server imports torch beside the planning below (issue 13: start-up)
-        from .forkserver import prestart
+def _executor(args: argparse.Namespace):
+    """The executor of ``-j`` / ``--executor`` (``suite.bench.executors``); a bad value is a usage error."""
+    from .executors import make_executor
 
-        prestart(tuple(args.task or ()))
+    try:
+        return make_executor(args.executor, args.jobs, address=args.address, cpus_per_cell=args.cpus_per_cell)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.jobs < 1:
+        raise UsageError(f"-j/--jobs must be at least 1, got {args.jobs}")
+    if args.address and args.executor != "ray":
+        raise UsageError("--address names a Ray cluster: add --executor ray")
+    if not args.dry_run and args.executor == "local":  # the fork server imports torch beside the planning below
+        from .forkserver import prestart
+        from .resources import Slot
+
+        pinned = Slot("local", args.jobs, 1).env() if args.jobs > 1 else None  # -j cells fork from one server
+        prestart(tuple(args.task or ()), pinned)
     from .matrix import MatrixError, missing_device, plan_cells
     from .plugins import refuse_unimportable
     from .runner import cell_state, run_cells
@@ -193,7 +209,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if todo:
         store.check_writable()  # a read-only or unwritable location: one line now, not after the first cell
-    outcomes = run_cells(cells, store, progress=not args.no_progress)
+    outcomes = run_cells(cells, store, progress=not args.no_progress, executor=_executor(args))
     counts: dict[str, int] = {}
     for o in outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1
@@ -427,6 +443,32 @@ RULE_CHOICES = Choices(_rules)  # the ranking rules, read from leaderboard.ranki
 CLI_RUN_OPTIONS = (Option("--no-progress", None, bool, help="plain lines instead of a progress bar"),)
 
 
+def _add_executor_options(p: argparse.ArgumentParser) -> None:
+    """Where ``mpcbench run``'s cells run (``pytest suite`` spreads them with pytest-xdist's ``-n``)."""
+    g = p.add_argument_group("executor (docs/performance.md: what runs side by side measures)")
+    g.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="cells at once on this machine, each pinned to cores/N torch threads and its GPUs (default 1); "
+        "with --executor ray and no --address: the local cluster's CPUs",
+    )
+    g.add_argument(
+        "--executor",
+        default="local",
+        choices=["local", "ray"],
+        help="local: this machine (default); ray: cells as Ray tasks (pip install -e '.[ray]')",
+    )
+    g.add_argument(
+        "--address", default=None, help="the Ray cluster to join (e.g. auto, HOST:6379); default: start a local one"
+    )
+    g.add_argument(
+        "--cpus-per-cell", type=int, default=None, metavar="N", help="CPUs (torch threads) per cell (default: cores/N)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="mpcbench",
@@ -449,6 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run one cell or a matrix into the results store")
     add_to_argparse(p, RUN_OPTIONS + CLI_RUN_OPTIONS)  # the same table as pytest suite's options
+    _add_executor_options(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(

@@ -188,8 +188,15 @@ _SERVER_LOCK = threading.Lock()
 _VOLATILE_ENV = ("PYTEST_CURRENT_TEST", "PYTEST_DEBUG_TEMPROOT", "PY_COLORS")
 
 
+# a pinned cell's threads and GPUs (suite.bench.resources.Slot.env): applied by the child itself
+# (torch.set_num_threads; CUDA reads CUDA_VISIBLE_DEVICES at its first call, in the child), so
+# cells of different slots fork from one server
+_PINNING_ENV = ("MPCBENCH_CELL_RESOURCES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
+
+
 def _env_key(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k not in _VOLATILE_ENV}
+    pinned = "MPCBENCH_CELL_RESOURCES" in env
+    return {k: v for k, v in env.items() if k not in _VOLATILE_ENV and not (pinned and k in _PINNING_ENV)}
 
 
 def cell_environment() -> dict[str, str]:
@@ -215,13 +222,14 @@ def get_server(env: dict[str, str], preload: tuple[str, ...] = ()) -> ForkServer
         return _SERVER
 
 
-def prestart(tasks: tuple[str, ...] = ()) -> threading.Thread | None:
+def prestart(tasks: tuple[str, ...] = (), pinned: dict[str, str] | None = None) -> threading.Thread | None:
     """Start the fork server now, in the background, for the cells' environment.
 
     Called by ``mpcbench run`` before it imports torch to plan the matrix: the server's torch
     import (the bulk of a cell's start-up) then runs beside the planning instead of after it,
     and the first cell forks from a ready server. ``tasks``: built-in task names whose modules
-    the server imports as well (``tasks.<name>``). Returns the starting thread, or None where
+    the server imports as well (``tasks.<name>``). ``pinned``: a slot's environment
+    (``suite.bench.resources.Slot.env``) when cells run pinned (``-j``). Returns the starting thread, or None where
     cells are spawned (``MPCBENCH_ISOLATION=spawn``, no ``fork``). A server that fails to start
     is left to the first cell, which falls back to spawning and says so in its log.
     """
@@ -231,7 +239,7 @@ def prestart(tasks: tuple[str, ...] = ()) -> threading.Thread | None:
         return None
     here = os.path.join(REPO_ROOT, "tasks")
     preload = tuple(f"tasks.{t}" for t in tasks if t.isidentifier() and os.path.exists(os.path.join(here, f"{t}.py")))
-    env = cell_environment()
+    env = {**cell_environment(), **(pinned or {})}
 
     def start() -> None:
         with contextlib.suppress(ForkServerError):

@@ -172,4 +172,17 @@ def provenance(config: CellConfig) -> dict[str, Any]:
         "load": {"load_avg": [round(v, 2) for v in os.getloadavg()]} if hasattr(os, "getloadavg") else {},
         "argv": " ".join(sys.argv)[:1000],
         "consistency_check": consistency_check_on(config),
+        "resources": resources(),
     }
+
+
+def resources() -> dict[str, Any]:
+    """What this cell was given: the executor's pinning (``-j``, ``pytest -n``, Ray: threads, GPUs,
+    cells at once) or ``{"executor": "serial"}``, and the torch threads and GPUs it actually sees."""
+    out: dict[str, Any] = dict(settings.cell_resources()) or {"executor": "serial", "jobs": 1}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out["torch_threads"] = torch.get_num_threads()
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        out["cuda_visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    return out

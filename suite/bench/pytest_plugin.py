@@ -14,6 +14,7 @@ Examples::
     pytest suite --tier quick --compressor "mine(k=4)" --plugin my_comp.py
     pytest suite --tier smoke --benchmark-json bench.json       # timings + extra_info
     pytest suite --tier quick --dry-run                         # each cell skipped with its state
+    pytest suite --tier quick -n 2                              # 2 cells at once (pytest-xdist), pinned
 """
 
 from __future__ import annotations
@@ -102,6 +103,18 @@ def mpcbench_store(request: pytest.FixtureRequest):
     except StoreError as e:
         pytest.fail(str(e), pytrace=False)
     return store
+
+
+@pytest.fixture(scope="session")
+def mpcbench_slot_env() -> dict[str, str] | None:
+    """Under pytest-xdist (``pytest suite -n N``): the environment that pins this worker's cells
+    to its share of the cores and GPUs (``suite.bench.resources.xdist_slot``); else None."""
+    import os
+
+    from .resources import xdist_slot
+
+    slot = xdist_slot(os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT"))
+    return slot.env() if slot else None
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:

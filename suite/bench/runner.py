@@ -1,6 +1,8 @@
 """Run a list of planned cells into a results store: resume, isolation, progress.
 
-Shared by ``mpcbench run`` and (per cell) by the pytest entry. Every cell is attempted; a
+Shared by ``mpcbench run`` and (per cell) by the pytest entry. Cells run on an executor
+(``suite.bench.executors``: one at a time, ``-j N`` at once, or on Ray); this process, the
+driver, alone appends their records. Every cell is attempted; a
 failing cell is stored as failed and the loop goes on. A cell whose key already has an
 ``ok`` record in the store is skipped ("already in store"), so an interrupted matrix is
 finished by running the same command again.
@@ -13,7 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
-from .cell import DEFAULT_RUNTIME, log_path_for, run_cell
+from .cell import DEFAULT_RUNTIME, log_path_for
+from .executors import Executor, SerialExecutor
 from .matrix import PlannedCell
 from .store import ResultsStore
 
@@ -91,22 +94,33 @@ def _line(o: CellOutcome, elapsed: float | None) -> str:
     return f"{o.status:<8} {cid}  {o.reason}"
 
 
-class _Eta:
-    """Time left: the mean wall-clock of the cells run so far times the cells still to run."""
+class _Progress:
+    """Cells done / running / left, and the time left: the finished cells' throughput (cells per
+    wall-clock second, so N cells at once count) applied to the cells still to run."""
 
     def __init__(self, to_run: int) -> None:
-        self.to_run, self.ran, self.spent, self.t0 = to_run, 0, 0.0, time.perf_counter()
+        self.to_run, self.ran, self.running, self.t0 = to_run, 0, 0, time.perf_counter()
 
-    def finished(self, seconds: float) -> None:
+    def started(self) -> None:
+        self.running += 1
+
+    def finished(self) -> None:
         self.ran += 1
-        self.spent += seconds
+        self.running -= 1
 
     def left(self) -> str:
-        elapsed = _fmt_duration(time.perf_counter() - self.t0)
+        elapsed = time.perf_counter() - self.t0
         if not self.ran:
-            return f"  [{self.to_run} to run]"
-        rest = (self.spent / self.ran) * (self.to_run - self.ran)
-        return f"  [{self.ran}/{self.to_run} run, {elapsed} elapsed, ETA {_fmt_duration(rest)}]"
+            return (
+                f"  [{self.running} running, {self.to_run - self.running} left]"
+                if self.running
+                else f"  [{self.to_run} to run]"
+            )
+        rest = elapsed / self.ran * (self.to_run - self.ran)
+        return (
+            f"  [{self.ran}/{self.to_run} run, {self.running} running, {self.to_run - self.ran - self.running} left, "
+            f"{_fmt_duration(elapsed)} elapsed, ETA {_fmt_duration(rest)}]"
+        )
 
 
 def run_cells(
@@ -117,53 +131,66 @@ def run_cells(
     stream: TextIO | None = None,
     runtime: str = DEFAULT_RUNTIME,
     on_outcome: Callable[[CellOutcome], None] | None = None,
+    executor: Executor | None = None,
 ) -> list[CellOutcome]:
-    """Run every cell (skipping stored and not-applicable ones); append each record as it finishes."""
+    """Run every cell (skipping stored and not-applicable ones) on ``executor`` (default: one at a
+    time); append each record as it finishes. This process alone writes the store, one record per
+    cell run; on an interruption the running cells are killed and not stored (rerun to resume)."""
     from tqdm import tqdm
 
+    executor = executor or SerialExecutor()
     stream = stream or sys.stderr
     done = store.done_keys()
     outcomes: list[CellOutcome] = []
     interactive = progress and hasattr(stream, "isatty") and stream.isatty()  # no \r noise in CI logs
-    eta = _Eta(sum(1 for c in cells if c.skip is None and c.config.key() not in done))
+    to_run = [c for c in cells if c.skip is None and c.config.key() not in done]
     # the bar counts only the cells that run: after a resume, hundreds of instant skips would make
     # tqdm's rate (and so its time left) minutes for hours of work
-    bar = tqdm(total=eta.to_run, unit="cell", disable=not interactive, file=stream, dynamic_ncols=True)
+    bar = tqdm(total=len(to_run), unit="cell", disable=not interactive, file=stream, dynamic_ncols=True)
+    prog = _Progress(len(to_run))
+    started: dict[int, float] = {}
+
+    def report(o: CellOutcome, elapsed: float | None) -> None:
+        outcomes.append(o)
+        line = _line(o, elapsed)
+        if interactive:
+            bar.write(line, file=stream)
+        else:
+            print(f"[{len(outcomes)}/{len(cells)}] {line}{prog.left() if o.record else ''}", file=stream, flush=True)
+        if on_outcome:
+            on_outcome(o)
+        if o.record:
+            bar.update(1)
+
+    events = executor.run(to_run, log_dir=store.log_dir, runtime=runtime)
     try:
-        for cell in cells:
-            cid = cell.test_id or cell.config.cell_id
-            bar.set_postfix_str(cid, refresh=True)
-            t0 = time.perf_counter()
+        for cell in cells:  # the ones not to run are reported first, in matrix order
             if cell.skip is not None:
-                o = CellOutcome(cell, "skipped", cell.skip)
+                report(CellOutcome(cell, "skipped", cell.skip), None)
             elif cell.config.key() in done:
-                o = CellOutcome(cell, "skipped", ALREADY_IN_STORE)
-            else:
+                report(CellOutcome(cell, "skipped", ALREADY_IN_STORE), None)
+        for kind, cell, record in events:
+            cid = cell.test_id or cell.config.cell_id
+            if kind == "start":
+                started[id(cell)] = time.perf_counter()
+                prog.started()
+                bar.set_postfix_str(cid, refresh=True)
                 if not interactive:  # a line when a cell starts: a redirected log shows what is running
                     print(
-                        f"[{len(outcomes) + 1}/{len(cells)}] start    {cid}  (log: "
-                        f"{log_path_for(cell.config, store.log_dir)}){eta.left()}",
+                        f"[{len(outcomes) + prog.running}/{len(cells)}] start    {cid}  (log: "
+                        f"{log_path_for(cell.config, store.log_dir)}){prog.left()}",
                         file=stream,
                         flush=True,
                     )
-                record = run_cell(cell, log_dir=store.log_dir, runtime=runtime)
-                if cell.config.link is not None:  # a killed cell cannot remove its emulated hosts: its parent does
-                    from suite.pipeline.netns import sweep_leftovers
-
-                    sweep_leftovers()
-                store.append(record)
-                eta.finished(time.perf_counter() - t0)
-                o = CellOutcome(cell, record["status"], record.get("error"), record)
-            outcomes.append(o)
-            line = _line(o, time.perf_counter() - t0 if o.record else None)
-            if interactive:
-                bar.write(line, file=stream)
-            else:
-                print(f"[{len(outcomes)}/{len(cells)}] {line}{eta.left() if o.record else ''}", file=stream, flush=True)
-            if on_outcome:
-                on_outcome(o)
-            if o.record:
-                bar.update(1)
+                continue
+            assert record is not None
+            store.append(record)
+            prog.finished()
+            report(
+                CellOutcome(cell, record["status"], record.get("error"), record),
+                time.perf_counter() - started.pop(id(cell)),
+            )
     finally:
+        events.close()  # an interrupted executor kills its running cells
         bar.close()
     return outcomes

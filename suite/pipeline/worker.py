@@ -99,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         where = f"rank {rank} (stage {','.join(map(str, placement.stages))}, replica {placement.dp_rank}" + (
             f", node {node})" if cfg.nnodes > 1 else ")"
         )
-        # emulated hosts (cfg.link) share this machine's cores: every rank of the job counts
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // (world if cfg.link else local_world)))
+        # emulated hosts (cfg.link) share this machine's cores: every rank of the job counts; a cell
+        # run beside others (-j, pytest -n, Ray) splits the threads its executor gave it
+        cores = settings.cell_resources().get("cpu_threads") or os.cpu_count() or 1
+        torch.set_num_threads(max(1, int(cores) // (world if cfg.link else local_world)))
         device = resolve_device(cfg.device, local_rank, local_world)
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from suite.bench import runner
+from suite.bench import executors, runner
 from suite.bench.matrix import PlannedCell
 from suite.bench.store import ResultsStore
 from suite.pipeline.config import CellConfig
@@ -19,7 +19,7 @@ def test_skipped_cells_do_not_count_in_the_bar(tmp_path, monkeypatch):
     skipped = [PlannedCell(CellConfig(task="tiny", seed=s), skip="not applicable") for s in range(5)]
     ran = PlannedCell(CellConfig(task="tiny", seed=9))
     record = {"status": "ok", "cell_key": ran.config.key(), "metric_name": "accuracy", "final_metric": 0.5}
-    monkeypatch.setattr(runner, "run_cell", lambda cell, **_: record)
+    monkeypatch.setattr(executors, "run_cell", lambda cell, **_: record)  # the serial executor's
     monkeypatch.setattr(ResultsStore, "append", lambda self, r: None)
     stream = _Tty()
     outcomes = runner.run_cells([*skipped, ran], ResultsStore(tmp_path / "s.jsonl"), stream=stream)
