@@ -127,7 +127,7 @@ def test_step_time(benchmark, overhead_case: OverheadCase, variant: str):
     S = cfg.n_stages
     from tasks import get_task_class
 
-    M = cfg.microbatches or get_task_class(cfg.task).tiers[cfg.tier].microbatches
+    M = get_task_class(cfg.task).tiers[cfg.tier].resolve_microbatches(cfg.microbatches)
     benchmark.extra_info.update(
         case=overhead_case.id,
         variant=variant,

@@ -127,7 +127,7 @@ class _TorchPipeline:
 
         self.task = task = build_task(cfg.task, cfg.tier, seed=cfg.seed, data_dir=cfg.data_dir)
         task.budget = replace(task.budget, steps=cfg.steps)
-        M = cfg.microbatches or task.budget.microbatches
+        M = task.budget.resolve_microbatches(cfg.microbatches)
         torch.manual_seed(cfg.seed)  # as the runtime: identical stage modules
         module = task.build_stages(2)[rank]
         self.device = torch.device("cpu")

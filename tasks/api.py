@@ -148,6 +148,19 @@ class TierBudget:
         if self.precision not in PRECISIONS:
             raise TaskError(f"unknown precision {self.precision!r}; valid: {', '.join(PRECISIONS)}")
 
+    def resolve_microbatches(self, microbatches: int | None = None) -> int:
+        """M of a run: ``microbatches`` when given, else this tier's; it must divide the batch.
+        The one home of that default and that check (the cell config, the runtime and the
+        unsplit loop all ask here)."""
+        m = self.microbatches if microbatches is None else microbatches
+        if not isinstance(m, int) or isinstance(m, bool) or m < 1:
+            raise TaskError(f"microbatches={m!r} must be an integer >= 1")
+        if self.batch_size % m:
+            raise TaskError(
+                f"microbatches={m} does not divide the batch size {self.batch_size}; pick a divisor of {self.batch_size}"
+            )
+        return m
+
     @property
     def autocast_dtype(self) -> torch.dtype | None:
         """The dtype stages run their forward in under ``torch.autocast``, or None (fp32)."""

@@ -81,7 +81,7 @@ def run_unsplit(
     ``time_steps``: wait for the device at the end of every step and record its wall time
     (otherwise the loop never waits for the device between evaluations)."""
     b = task.budget
-    M = microbatches or b.microbatches
+    M = b.resolve_microbatches(microbatches)
     device = torch.device(device)
     stages = [s.to(device) for s in task.build_stages(n_stages or task.default_stages)]
     task.to_device(device)

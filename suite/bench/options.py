@@ -71,7 +71,7 @@ class Choices:
 
 
 def _schedules() -> tuple[str, ...]:
-    from suite.pipeline.schedules import SCHEDULES  # the schedule registry (name -> ScheduleKind)
+    from suite.schedules import SCHEDULES  # the schedule registry (name -> ScheduleKind)
 
     return tuple(SCHEDULES)
 

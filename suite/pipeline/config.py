@@ -15,10 +15,10 @@ from typing import Any
 
 from compressors.api import CompressorError, did_you_mean
 from suite.results.records import MAX_SEED
+from suite.schedules import DEFAULT_SCHEDULE, SCHEDULES, build_schedule, pipeline_ranks
 
 from .errors import ConfigError
 from .plan import DIRECTIONS, ROLE_OF_DIRECTION, CompressionPlan, Direction, ResolvedPlan, resolve_plan
-from .schedules import SCHEDULES, build_schedule, pipeline_ranks
 
 __all__ = [
     "Direction",
@@ -45,7 +45,7 @@ class CellConfig:
         plan: compressors per direction / boundary.
         stages: pipeline stages (None: the task's default).
         dp: data-parallel replicas (pipeline ranks x dp processes in torchrun mode).
-        schedule: a name in ``suite.pipeline.schedules.SCHEDULES`` (``gpipe``, ``1f1b``, ``interleaved_1f1b``).
+        schedule: a name in ``suite.schedules.SCHEDULES`` (``gpipe``, ``1f1b``, ``interleaved_1f1b``).
         microbatches: M (None: the tier's default).
         compress_warmup_steps: the first N steps send uncompressed.
         eval_uncompressed: also evaluate with every boundary uncompressed.
@@ -73,7 +73,7 @@ class CellConfig:
     plan: CompressionPlan = field(default_factory=CompressionPlan)
     stages: int | None = None
     dp: int = 1
-    schedule: str = "1f1b"
+    schedule: str = DEFAULT_SCHEDULE
     microbatches: int | None = None
     compress_warmup_steps: int = 0
     eval_uncompressed: bool = True
@@ -104,6 +104,7 @@ class CellConfig:
         """
         from compressors.registry import load_plugin
         from tasks import available_tasks, get_task_class
+        from tasks.api import TaskError
 
         for p in self.plugins:  # first: a plugin may register compressors or tasks
             try:
@@ -140,15 +141,11 @@ class CellConfig:
                 raise ConfigError(f"{name}={v!r} must be an integer >= {lo}")
         if self.seed > MAX_SEED:  # records refuse larger seeds (suite.results.records)
             raise ConfigError(f"seed={self.seed} is over the limit of {MAX_SEED}")
-        if self.microbatches is not None and (not isinstance(self.microbatches, int) or self.microbatches < 1):
-            raise ConfigError(f"microbatches={self.microbatches!r} must be an integer >= 1")
         budget = cls.tiers[self.tier]
-        m = self.microbatches or budget.microbatches
-        if budget.batch_size % m:  # caught here, before any training, rather than in every cell
-            raise ConfigError(
-                f"microbatches={m} does not divide the {self.tier} batch size {budget.batch_size} of task "
-                f"{self.task!r}; pick a divisor of {budget.batch_size}"
-            )
+        try:  # caught here, before any training, rather than in every cell
+            m = budget.resolve_microbatches(self.microbatches)
+        except TaskError as e:
+            raise ConfigError(f"{e} (task {self.task!r}, {self.tier} tier)") from None
         try:  # the schedule exists and fits (stages per rank, micro-batches)
             build_schedule(self.schedule, n, m)
         except ValueError as e:

@@ -22,13 +22,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from suite.schedules import pipeline_ranks
+
 from .config import CellConfig
 from .errors import RunError
 from .launch import _Agent, _base_env, run_agents, torchrun_command
 from .link_model import attach_link_times
 from .netns import NO_LATENCY_NOTE, EmulatedHosts, missing_requirements, parse_link
 from .result import RunResult
-from .schedules import pipeline_ranks
 
 __all__ = ["launch_emulated", "RDZV_PORT"]
 

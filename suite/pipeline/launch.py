@@ -30,10 +30,11 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from suite.schedules import pipeline_ranks
+
 from .config import CellConfig
 from .errors import RunError, RunTimeout
 from .result import RunResult
-from .schedules import pipeline_ranks
 
 __all__ = ["launch", "run_agents", "torchrun_command", "DEFAULT_TIME_LIMIT_S", "RUN_MARKER"]
 

@@ -19,6 +19,8 @@ import statistics
 from dataclasses import replace
 from typing import Any
 
+from suite.schedules import DEFAULT_SCHEDULE
+
 from .config import CellConfig, CompressionPlan
 from .reference import train_unsplit
 from .runtime import run
@@ -31,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task", default="cifar10")
     p.add_argument("--tier", default="smoke")
     p.add_argument("--stages", type=int, default=2)
-    p.add_argument("--schedule", default="1f1b")
+    p.add_argument("--schedule", default=DEFAULT_SCHEDULE)
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--device", default="cpu")
     p.add_argument("--modes", nargs="+", default=["single", "torchrun"])

@@ -1,7 +1,7 @@
 """Where every stage runs: the one rank formula of the runtime.
 
 A pipeline replica has P pipeline ranks holding its S stages round-robin (stage s on
-pipeline rank ``s % P``, :func:`suite.pipeline.schedules.rank_of_stage`): P = S for GPipe and
+pipeline rank ``s % P``, :func:`suite.schedules.rank_of_stage`): P = S for GPipe and
 1F1B, P = S / v for schedules with v model chunks per rank (interleaved 1F1B). Replica d's
 pipeline rank p is transport address ``d * P + p``: the global rank under torchrun, and
 the address of the simulated rank in one process (single mode runs all P ranks of replica
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .schedules import rank_of_stage
+from suite.schedules import rank_of_stage
 
 __all__ = ["Placement"]
 

@@ -17,13 +17,13 @@ import time
 from dataclasses import replace
 
 from suite import settings
+from suite.schedules import pipeline_ranks
 
 from .accounting import ByteMeter
 from .config import CellConfig
 from .errors import RunError, RunTimeout
 from .placement import Placement
 from .result import RunResult
-from .schedules import pipeline_ranks
 from .summary import summarize
 from .trainer import resolve_device, train
 from .transport import LocalTransport

@@ -29,11 +29,11 @@ from suite.results.network.timing_inputs import (
     interpolate_target_step,
     quantile,
 )
+from suite.schedules import pipeline_ranks, rank_of_stage
 
 from .accounting import ByteMeter, boundary_key, dp_key
 from .config import CellConfig
 from .result import EvalPoint, RunResult, TimeSplit
-from .schedules import pipeline_ranks, rank_of_stage
 from .timing import SECTIONS
 
 __all__ = ["summarize", "timing_inputs", "stage_costs", "cpu_clock_usable", "ROBUST_QUANTILE", "CONTENDED_CPU_SHARE"]

@@ -20,7 +20,9 @@ import torch
 
 from compressors.registry import private_plugin_modules
 from suite import settings
+from suite.schedules import Action, Kind, Schedule, build_schedule
 from tasks import Batch, build_task, get_task_class
+from tasks.api import TaskError
 
 from .accounting import ByteMeter
 from .boundary import Micro, ReceiverEnd, SenderEnd
@@ -28,7 +30,6 @@ from .config import CellConfig, ConfigError
 from .errors import RunTimeout
 from .placement import Placement
 from .plan import resolve_plan
-from .schedules import Action, Kind, Schedule, build_schedule
 from .stage import Stage, keep_stage_rng
 from .timing import Clock
 from .transport import DistTransport, LocalTransport, Transport
@@ -101,9 +102,10 @@ def train(
     if cfg.steps is not None:
         task.budget = replace(task.budget, steps=cfg.steps)
     budget = task.budget
-    M = cfg.microbatches or budget.microbatches
-    if budget.batch_size % M:
-        raise ConfigError(f"batch size {budget.batch_size} does not split into microbatches={M}; pick a divisor")
+    try:
+        M = budget.resolve_microbatches(cfg.microbatches)
+    except TaskError as e:
+        raise ConfigError(str(e)) from None
     torch.manual_seed(cfg.seed)
     modules = task.build_stages(S)
     if len(modules) != S:

@@ -51,11 +51,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from suite.schedules import pipeline_ranks
+
 from .accounting import ByteMeter
 from .config import CellConfig, ConfigError
 from .data_parallel import make_dp_groups
 from .placement import Placement
-from .schedules import pipeline_ranks
 from .summary import summarize
 from .trainer import resolve_device, train
 from .transport import DistTransport

@@ -2,8 +2,8 @@
 
     suite.bench ──> suite.pipeline ──> {compressors, tasks}
         │                │
-        ├──> leaderboard ├──> suite.results   (a torch-free leaf: schema, network model, reading)
-        └────────────────┴──> suite.results
+        ├──> leaderboard ├──> suite.results ──> suite.schedules   (torch-free leaves: schema, network
+        └────────────────┴──> suite.results                         model, reading; the action lists)
 
 Checked on the source text with ``ast`` (every import statement, module level or inside a
 function), so a forbidden arrow cannot hide behind a function-local import.
@@ -21,6 +21,16 @@ ROOT = Path(__file__).resolve().parents[2]
 # package (dotted prefix) -> packages it must never import
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "suite.results": ("suite.pipeline", "suite.bench", "leaderboard", "compressors", "tasks", "torch"),
+    "suite.schedules": (
+        "suite.pipeline",
+        "suite.bench",
+        "suite.results",
+        "suite.settings",
+        "leaderboard",
+        "compressors",
+        "tasks",
+        "torch",
+    ),
     "suite.settings": (
         "suite.pipeline",
         "suite.bench",

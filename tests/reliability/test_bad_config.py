@@ -114,7 +114,7 @@ CLI_CASES = [
     (
         "microbatches not dividing the batch",
         ["--task", "tiny", "--microbatches", "5"],
-        "microbatches=5 does not divide the smoke batch size 16 of task 'tiny'",
+        "microbatches=5 does not divide the batch size 16; pick a divisor of 16 (task 'tiny', smoke tier)",
     ),
     ("negative seeds", ["--task", "tiny", "--seeds", "-1"], "--seeds: '-1' is not a seed count"),
     (
@@ -250,7 +250,7 @@ MATRIX_CASES = [
     (
         "microbatches not dividing",
         b"schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [none], settings: {microbatches: 3}}\n",
-        "microbatches=3 does not divide the smoke batch size 16",
+        "microbatches=3 does not divide the batch size 16; pick a divisor of 16 (task 'tiny', smoke tier)",
     ),
 ]
 

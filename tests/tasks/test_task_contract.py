@@ -165,3 +165,15 @@ def test_batches_built_on_cuda_equal_cpu_batches(name):
         b = b.to("cpu")
         assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
         assert torch.equal(a.sample_ids, b.sample_ids)
+
+
+def test_a_tier_budget_is_the_one_home_of_the_microbatches_default_and_check():
+    from tasks.api import TaskError, TierBudget
+
+    b = TierBudget(steps=1, batch_size=16, microbatches=4, eval_every=1, target=0.5, lr=0.1)
+    assert b.resolve_microbatches() == 4 and b.resolve_microbatches(None) == 4 and b.resolve_microbatches(8) == 8
+    with pytest.raises(TaskError, match="microbatches=5 does not divide the batch size 16; pick a divisor of 16"):
+        b.resolve_microbatches(5)
+    for bad in (0, -2, True, 2.0):
+        with pytest.raises(TaskError, match="must be an integer >= 1"):
+            b.resolve_microbatches(bad)

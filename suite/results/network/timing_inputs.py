@@ -13,6 +13,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from suite.schedules import DEFAULT_SCHEDULE, SCHEDULES, build_schedule
+
 __all__ = [
     "ActionCost",
     "StageCost",
@@ -183,18 +185,19 @@ def _step_load(s: Mapping[str, Any]) -> StepLoad:
 def _from_v1(d: Mapping[str, Any]) -> TimingInputs:
     """Version-1 inputs stored per stage only compute and compression per micro-batch: split
     compute 1:2 between forward and backward (a backward costs about two forwards) and
-    compression half before / half after, and assume 1F1B (the default schedule) unless
+    compression half before / half after, and assume the default schedule unless
     ``extra['schedule']`` says otherwise."""
-    from_name = {"gpipe": _gpipe, "1f1b": _one_f_one_b}
     S, M = len(d["stages"]), d["microbatches"]
-    name = d.get("extra", {}).get("schedule", "1f1b")
+    name = d.get("extra", {}).get("schedule", DEFAULT_SCHEDULE)
+    if name not in SCHEDULES or SCHEDULES[name].chunks != 1:  # v1 knew one stage per rank only
+        name = DEFAULT_SCHEDULE
     stages = []
     for s in d["stages"]:
         c, z = s.get("compute_s", 0.0), s.get("compress_s", 0.0)
         a = {"F": ActionCost(z / 4, c / 3, z / 4), "B": ActionCost(z / 4, 2 * c / 3, z / 4)}
         stages.append(StageCost(a, s.get("optimizer_s", 0.0)))
     return TimingInputs(
-        schedule=from_name.get(name, _one_f_one_b)(S, M),
+        schedule=build_schedule(name, S, M).to_lists(),
         stages=stages,
         steps=[_step_load(s) for s in d["steps"]],
         microbatches=M,
@@ -203,21 +206,6 @@ def _from_v1(d: Mapping[str, Any]) -> TimingInputs:
         counts=list(d.get("counts", [])),
         extra={**d.get("extra", {}), "converted_from_v1": True},
     )
-
-
-def _gpipe(S: int, M: int) -> list[list[str]]:
-    return [[f"{s}F{m}" for m in range(M)] + [f"{s}B{m}" for m in range(M)] for s in range(S)]
-
-
-def _one_f_one_b(S: int, M: int) -> list[list[str]]:
-    out = []
-    for s in range(S):
-        w = min(S - s - 1, M)
-        acts = [f"{s}F{m}" for m in range(w)]
-        for f in range(w, M):
-            acts += [f"{s}F{f}", f"{s}B{f - w}"]
-        out.append(acts + [f"{s}B{m}" for m in range(M - w, M)])
-    return out
 
 
 def _mean_load(loads: list[StepLoad]) -> StepLoad:

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from suite.pipeline.accounting import ByteMeter
-from suite.pipeline.schedules import (
+from suite.pipeline.transport import PREFIX_NBYTES, LocalTransport, TransportError, frame, frame_nbytes, unframe
+from suite.schedules import (
     SCHEDULES,
     Action,
     Kind,
@@ -19,7 +20,6 @@ from suite.pipeline.schedules import (
     gpipe,
     one_f_one_b,
 )
-from suite.pipeline.transport import PREFIX_NBYTES, LocalTransport, TransportError, frame, frame_nbytes, unframe
 
 F, B, I, W = Kind.FORWARD, Kind.FULL_BACKWARD, Kind.BACKWARD_INPUT, Kind.BACKWARD_WEIGHT
 

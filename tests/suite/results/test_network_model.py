@@ -7,7 +7,6 @@ import math
 
 import pytest
 
-from suite.pipeline.schedules import build_schedule
 from suite.results.network import (
     IDEAL,
     PROFILES,
@@ -29,6 +28,7 @@ from suite.results.network import (
     simulate_step,
     step_time,
 )
+from suite.schedules import build_schedule
 
 
 def _schedule(name: str, stages: int, micro: int) -> list[list[str]]:
@@ -246,6 +246,10 @@ def test_version_1_inputs_are_converted():
     assert inp.schedule == _schedule("1f1b", 2, 4) and inp.extra["converted_from_v1"]
     assert inp.stages[0].of("F").busy_s + inp.stages[0].of("B").busy_s == pytest.approx(0.034)
     assert model_record(v1, IDEAL)["step_s"] == pytest.approx(5 * 0.034 + 0.001)
+    # the action lists come from the schedule registry (suite.schedules), as the runtime's do
+    assert TimingInputs.from_dict({**v1, "extra": {"schedule": "gpipe"}}).schedule == _schedule("gpipe", 2, 4)
+    for other in ("interleaved_1f1b", "no-such-schedule"):  # v1 ran one stage per rank: the default
+        assert TimingInputs.from_dict({**v1, "extra": {"schedule": other}}).schedule == _schedule("1f1b", 2, 4)
 
 
 def test_step_loads_are_run_length_encoded_and_bounded():

@@ -1,5 +1,8 @@
 """Pipeline schedules as complete per-rank action lists (pure data: no tensors, no torch).
 
+A leaf of ``suite`` (like ``suite.settings``): the runtime (``suite.pipeline``) executes these
+lists and the network model (``suite.results.network``) replays them, so both read one module.
+
 The format follows ``torch.distributed.pipelining``: an :class:`Action` is (stage, kind,
 micro-batch) and a :class:`Schedule` is, for every pipeline rank, the ordered list of actions
 that rank executes in one optimizer step. Kinds:
@@ -56,6 +59,7 @@ __all__ = [
     "Schedule",
     "ScheduleKind",
     "SCHEDULES",
+    "DEFAULT_SCHEDULE",
     "register_schedule",
     "rank_of_stage",
     "pipeline_ranks",
@@ -266,6 +270,9 @@ register_schedule(ScheduleKind("1f1b", one_f_one_b))
 register_schedule(
     ScheduleKind("interleaved_1f1b", interleaved_1f1b, chunks=2, min_ranks=2, micro_multiple_of_ranks=True)
 )
+# a cell's schedule when nothing names one (CellConfig, the overhead tool, records from before the
+# schedule was stored)
+DEFAULT_SCHEDULE = "1f1b"
 
 
 # --- checking ------------------------------------------------------------------------------------------
