@@ -47,7 +47,7 @@ def needs_of(config: CellConfig) -> CellNeeds:
     """The processes and GPUs of ``config`` (an unplannable config counts as one process)."""
     processes = 1
     if config.mode == "torchrun":
-        from suite.pipeline.schedules import pipeline_ranks
+        from suite.schedules import pipeline_ranks
 
         try:
             processes = pipeline_ranks(config.schedule, config.n_stages) * config.dp // max(1, config.nnodes)
