@@ -22,7 +22,11 @@ import pandas as pd
 
 from leaderboard.networks import network_profiles
 from suite.results import network as model
-from suite.results.records import DIRECTIONS  # the record schema's byte directions
+from suite.results.records import (  # the record schema's byte directions and key lists
+    DIRECTIONS,
+    IDENTITY_KEYS,
+    QUALITY_KEYS,
+)
 
 __all__ = [
     "BASELINE",
@@ -271,26 +275,12 @@ def to_frame(records: Iterable[dict[str, Any]], *, details: bool = True) -> pd.D
 
 
 _BASE_COLUMNS = [
-    "record_id",
-    "cell_key",
-    "cell_id",
-    "created",
+    *IDENTITY_KEYS,
     "entry",
     "entry_name",
     "submitter",
-    "task",
-    "tier",
-    "compressor",
     "setup",
-    "seed",
-    "status",
-    "error",
-    "metric_name",
-    "higher_is_better",
-    "final_metric",
-    "final_metric_uncompressed",
-    "target",
-    "reached_target_step",
+    *QUALITY_KEYS,
     *[f"{k}_{d}" for k in ("raw_bytes", "wire_bytes", "ratio", "bytes_per_step") for d in BYTE_DIRECTIONS],
     "step_s",
     "compute_s",

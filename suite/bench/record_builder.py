@@ -17,35 +17,9 @@ from typing import Any
 from suite.pipeline.config import CellConfig
 from suite.pipeline.result import RunResult
 from suite.results.network.model import MODEL_VERSION
-from suite.results.records import DIRECTIONS, SCHEMA, validate_record
+from suite.results.records import DIRECTIONS, METRIC_KEYS, SCHEMA, validate_record
 
 __all__ = ["build_record", "failed_record", "compression_ratios", "expansion_warnings", "check_result", "ResultError"]
-
-# keys that are metrics: null in a failed record
-_METRIC_KEYS = (
-    "metric_name",
-    "higher_is_better",
-    "final_metric",
-    "final_metric_uncompressed",
-    "target",
-    "reached_target_step",
-    "curve",
-    "bytes",
-    "bytes_per_boundary",
-    "bytes_per_step",
-    "compression_ratio",
-    "time",
-    "modeled",
-    "model_version",
-    "run",
-    "stage_times",
-    "compressor_state_bytes",
-    "compressor_stats",
-    "eval_bytes",
-    "wire_bytes_by_step",
-    "timing_inputs",
-    "warnings",
-)
 
 
 class ResultError(ValueError):
@@ -237,6 +211,6 @@ def failed_record(
     if len(line) > 1000:
         line = line[:997] + "..."
     record = _base(config, provenance, status, line)
-    record.update({k: None for k in _METRIC_KEYS})
+    record.update({k: None for k in METRIC_KEYS})
     record.update({"wall_s": wall_s, "config": config.to_dict(), "provenance": provenance, "log": log})
     return validate_record(record)

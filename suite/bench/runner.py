@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, TextIO
 
+from suite.results.records import IDENTITY_KEYS, QUALITY_KEYS
+
 from .cell import DEFAULT_RUNTIME, log_path_for
 from .executors import Executor, SerialExecutor
 from .matrix import PlannedCell
@@ -46,28 +48,7 @@ class CellOutcome:
 
 def summarize_record(record: dict[str, Any]) -> dict[str, Any]:
     """The flat, JSON-able numbers of a record (pytest-benchmark ``extra_info``, progress lines)."""
-    out: dict[str, Any] = {
-        k: record.get(k)
-        for k in (
-            "cell_id",
-            "cell_key",
-            "record_id",
-            "task",
-            "tier",
-            "seed",
-            "compressor",
-            "status",
-            "error",
-            "metric_name",
-            "higher_is_better",
-            "final_metric",
-            "final_metric_uncompressed",
-            "target",
-            "reached_target_step",
-            "wall_s",
-            "log",
-        )
-    }
+    out: dict[str, Any] = {k: record.get(k) for k in (*IDENTITY_KEYS, *QUALITY_KEYS, "wall_s", "log")}
     out["specs"] = record.get("specs")
     out["compression_ratio"] = record.get("compression_ratio")
     out["bytes"] = record.get("bytes")

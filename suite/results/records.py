@@ -52,6 +52,9 @@ __all__ = [
     "MAX_BYTES",
     "MAX_STEPS",
     "TASK_METRICS",
+    "IDENTITY_KEYS",
+    "QUALITY_KEYS",
+    "METRIC_KEYS",
 ]
 
 SCHEMA = "mpcbench.record/1"
@@ -85,6 +88,39 @@ REQUIRED_OK: dict[str, tuple[type, ...]] = {
     "modeled": (dict,),
     "run": (dict,),
 }
+# The record's key lists, one home each (the record builder, the runner's summaries and the
+# leaderboard's frame read them here):
+# which cell and how it ended, one scalar each
+IDENTITY_KEYS = ("record_id", "cell_key", "cell_id", "created", "task", "tier", "compressor", "seed", "status", "error")
+# what its training reached, one scalar each
+QUALITY_KEYS = (
+    "metric_name",
+    "higher_is_better",
+    "final_metric",
+    "final_metric_uncompressed",
+    "target",
+    "reached_target_step",
+)
+# everything measured: null in a failed record
+METRIC_KEYS = (
+    *QUALITY_KEYS,
+    "curve",
+    "bytes",
+    "bytes_per_boundary",
+    "bytes_per_step",
+    "compression_ratio",
+    "time",
+    "modeled",
+    "model_version",
+    "run",
+    "stage_times",
+    "compressor_state_bytes",
+    "compressor_stats",
+    "eval_bytes",
+    "wire_bytes_by_step",
+    "timing_inputs",
+    "warnings",
+)
 MAX_STR = 2000  # no field of a record needs more; longer text is hostile or broken
 MAX_CURVE = 100_000
 MAX_ABS = 1e18
