@@ -9,8 +9,7 @@ compressor forward and backward) or a mapping::
     - {forward: subspace, backward: subspace, tasks: [shakespeare]}
 
 Entry keys besides the plan (``forward``, ``backward``, ``dp``, ``both``, ``per_boundary``):
-``tasks`` (restrict the entry), and the cell settings ``stages``, ``dp_size``, ``schedule``,
-``microbatches``, ``compress_warmup_steps``, ``eval_uncompressed``, ``steps``. A tier may set
+``tasks`` (restrict the entry), and the cell settings of :data:`SETTING_KEYS`. A tier may set
 the same settings for all its cells under ``settings``. Names (tasks, compressors) are
 resolved later, by :func:`suite.bench.matrix.plan_cells`.
 """

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from suite.results import DEFAULT_STORE
+from suite.schedules import DEFAULT_SCHEDULE
 
 __all__ = [
     "Choices",
@@ -232,7 +233,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         "schedule",
         choices=SCHEDULE_CHOICES,
         cell="schedule",
-        help="%(choices)s: the pipeline schedule (default: the tier's, else 1f1b)",
+        help=f"%(choices)s: the pipeline schedule (default: the tier's, else {DEFAULT_SCHEDULE})",
     ),
     Option(
         "--microbatches",
