@@ -11,7 +11,10 @@
 # Usage: ci/rerun_baselines.sh [extra mpcbench run args, e.g. --task cifar10]
 #   RESULTS=path.jsonl  results store (default results/quick-baselines.jsonl); when done,
 #   copy it into records/mpcbench-baselines/ with the machine it ran on (mpcbench validate first).
-#   PARALLEL is not offered: run one cell at a time, with one torch thread, on a shared CPU.
+#   JOBS=N       cells at once (mpcbench run -j N: each pinned to cores/N torch threads; default 1,
+#                one cell at a time, which keeps the CPU tier's measured times comparable; see
+#                docs/performance.md "Cells side by side" for what -j 2 does to them on 2 cores).
+#   RAY_ADDRESS=auto|HOST:6379  run the cells as tasks on that Ray cluster instead (--executor ray).
 # Cost: about 85 cells, an estimate from the quick list and the one-cell CPU times measured in
 # docs/tasks.md ("The calibrated quick tier"); this script was not timed end to end.
 set -euo pipefail
@@ -19,7 +22,10 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 RESULTS=${RESULTS:-results/quick-baselines.jsonl}
-run() { python -m suite.bench.cli run --tier quick --results "$RESULTS" --no-progress "$@"; }
+JOBS=${JOBS:-1}
+EXECUTOR=(-j "$JOBS")
+[ -n "${RAY_ADDRESS:-}" ] && EXECUTOR=(--executor ray --address "$RAY_ADDRESS")
+run() { python -m suite.bench.cli run --tier quick --results "$RESULTS" --no-progress "${EXECUTOR[@]}" "$@"; }
 
 # 1. three seeds (the none baseline is added by --compressor)
 run --seeds 3 --compressor fp8 --compressor topk --compressor powersgd --compressor subspace "$@"

@@ -465,7 +465,11 @@ def _add_executor_options(p: argparse.ArgumentParser) -> None:
         "--address", default=None, help="the Ray cluster to join (e.g. auto, HOST:6379); default: start a local one"
     )
     g.add_argument(
-        "--cpus-per-cell", type=int, default=None, metavar="N", help="CPUs (torch threads) per cell (default: cores/N)"
+        "--cpus-per-cell",
+        type=int,
+        default=None,
+        metavar="N",
+        help="CPUs (torch threads) per cell (default: cores/N, at most $OMP_NUM_THREADS; Ray: 1)",
     )
 
 

@@ -117,4 +117,4 @@ def make_executor(
         raise ValueError(f"-j/--jobs must be at least 1, got {jobs}")
     if jobs == 1:
         return SerialExecutor()
-    return LocalExecutor(jobs, LocalPool(jobs, cores=cpus_per_cell * jobs if cpus_per_cell else None))
+    return LocalExecutor(jobs, LocalPool(jobs, threads=cpus_per_cell))

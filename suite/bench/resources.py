@@ -78,6 +78,11 @@ def visible_gpus() -> list[str]:
         return []
 
 
+def _omp_threads() -> int | None:
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 @dataclass(frozen=True)
 class Slot:
     """What one running cell was given: torch threads, GPU ids, and by whom."""
@@ -106,17 +111,27 @@ class Slot:
 class LocalPool:
     """The cores and GPUs of this machine, handed out to ``jobs`` cells at once.
 
-    Each cell gets ``cores // jobs`` torch threads (at least 1) and the GPUs its processes need;
-    a cell needing more GPUs than are free waits (:meth:`acquire` returns None) until another
-    cell releases them. Thread-safe."""
+    Each cell gets ``threads`` torch threads (default ``cores // jobs``, at most ``OMP_NUM_THREADS``
+    when that is set: a run that asked serial cells for one thread gets the same numerics with
+    ``-j``) and the GPUs its processes need; a cell needing more GPUs than are free waits
+    (:meth:`acquire` returns None) until another cell releases them. Thread-safe."""
 
-    def __init__(self, jobs: int, executor: str = "local", cores: int | None = None, gpus: list[str] | None = None):
+    def __init__(
+        self,
+        jobs: int,
+        executor: str = "local",
+        cores: int | None = None,
+        gpus: list[str] | None = None,
+        threads: int | None = None,
+    ):
         if jobs < 1:
             raise ValueError(f"jobs must be at least 1, got {jobs}")
+        if threads is not None and threads < 1:
+            raise ValueError(f"--cpus-per-cell must be at least 1, got {threads}")
         self.jobs = jobs
         self.executor = executor
         self.cores = cores or machine_cores()
-        self.threads = max(1, self.cores // jobs)
+        self.threads = threads or max(1, min(self.cores // jobs, _omp_threads() or self.cores))
         self.all_gpus = list(visible_gpus() if gpus is None else gpus)
         self._free = list(self.all_gpus)
         self._lock = threading.Lock()

@@ -119,7 +119,11 @@ def _fields(config: CellConfig) -> dict:
 
 
 # --------------------------------------------------------------------------- slots, no processes
-def test_each_cell_gets_its_share_of_the_cores_and_its_own_gpus():
+def test_each_cell_gets_its_share_of_the_cores_and_its_own_gpus(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # serial cells asked for one thread: so do -j cells
+    assert LocalPool(2, cores=8, gpus=[]).threads == 1
+    assert LocalPool(2, cores=8, gpus=[], threads=3).threads == 3  # --cpus-per-cell
+    monkeypatch.delenv("OMP_NUM_THREADS")
     pool = LocalPool(2, cores=8, gpus=["0", "1", "2", "3"])
     a = pool.acquire(CellNeeds(processes=2, gpus=2))
     b = pool.acquire(CellNeeds(processes=1, gpus=1))
