@@ -81,7 +81,9 @@ def narrow(table: pd.DataFrame, direction: str) -> tuple[pd.DataFrame, list[str]
         "step time",
         "train time",
         "ratio fwd / bwd / dp",
+        "verified",
         f"bytes/step {direction}",
+        "time per seed",
         "entry",
         f"ratio {direction}",
     ]
@@ -93,6 +95,10 @@ def narrow(table: pd.DataFrame, direction: str) -> tuple[pd.DataFrame, list[str]
     if _width(keep) > REPORT_WIDTH and "Δ vs none" in keep:  # the longest text: shorten the significance words
         keep["Δ vs none"] = keep["Δ vs none"].str.replace("n too small", "n<2").str.replace(", not resolved", " ~")
         notes.append("Δ vs none: n<2 = fewer than 2 seeds (no test); ~ = within the minimal detectable difference")
+    if _width(keep) > REPORT_WIDTH and "Δ time vs none" in keep:
+        short = keep["Δ time vs none"].str.replace("paired by seed", "paired").str.replace("n too small", "n<2")
+        keep["Δ time vs none"] = short.str.replace(", not resolved", " ~")
+        notes.append("Δ time vs none: paired = paired t-test by seed, Welch = unpaired; ~ = not resolved (p >= 0.05)")
     return keep, notes
 
 
@@ -182,7 +188,8 @@ def write_report(frame: pd.DataFrame, opts: ReportOptions, out: TextIO, *, links
                 network=network,
                 min_ratio=opts.min_ratio,
             )
-            say(plain(question))
+            question = plain(question)
+            say(question if opts.wide else "\n".join(textwrap.wrap(question, REPORT_WIDTH, subsequent_indent="  ")))
             mdd = plain(mdd_line(task, tier, g))
             say(mdd if opts.wide else "\n".join(textwrap.wrap(mdd, REPORT_WIDTH, subsequent_indent="  ")))
             if opts.format == "text":
@@ -208,3 +215,12 @@ def write_report(frame: pd.DataFrame, opts: ReportOptions, out: TextIO, *, links
             REPORT_WIDTH,
         )
     )
+    if network:
+        say(
+            textwrap.fill(
+                f"time-to-target @ {network}: mean ± sd over the seeds that reached the target (reached/ok seeds); "
+                "Δ time: a paired t-test by seed when both rows reached the target on the same seeds, Welch's "
+                "t-test otherwise; 'not resolved' at p >= 0.05",
+                REPORT_WIDTH,
+            )
+        )

@@ -23,6 +23,7 @@ import pandas as pd
 
 from leaderboard.frame import BYTE_DIRECTIONS
 from leaderboard.networks import network_profiles
+from leaderboard.statistics import tier_seeds, time_test
 
 __all__ = [
     "QUALITIES",
@@ -244,10 +245,20 @@ class QualityAtRatio(Rule):
 
 
 class TimeToTarget(Rule):
+    """Modeled time-to-target at a network, with its seed statistics.
+
+    Sort classes, in order: every seed reached the target with at least the tier's seeds
+    (:func:`leaderboard.statistics.tier_seeds`); every seed reached it with fewer seeds
+    (marked, and never above a row of the first class); some seeds reached it; none did.
+    Within a class, by mean time. Rank labels group statistically tied rows: a row whose time
+    is not resolved (p >= 0.05, :func:`leaderboard.statistics.time_test`) from the first row
+    of the group above it joins that group (``"3 (≈2)"``)."""
+
     def question(self, metric, *, higher_is_better=True, target=None, network=None, min_ratio=None):
         goal = goal_text(metric, higher_is_better, target)
         return (
-            f"Q: which compressor first reaches {goal} over a {network} link? (modeled from measured compute and bytes)"
+            f"Q: which compressor first reaches {goal} over a {network} link, by how much, and is that "
+            "resolved? (modeled from measured compute and bytes; mean ± sd over seeds)"
         )
 
     def keys(self, out, quality_key, *, min_ratio, network, direction):
@@ -259,8 +270,33 @@ class TimeToTarget(Rule):
             raise ValueError(f"unknown network profile {network!r}; valid: {', '.join(profiles)}")
         t, reached = out[f"time_to_target_s@{network}"], out[f"reached@{network}"]
         eligible = out["n"] > 0
-        reach_class = np.where(reached >= 1.0, 0, np.where(reached > 0, 1, 2))  # all / some / none
+        wanted = np.array([tier_seeds(str(tier)) for tier in out["tier"]])
+        out["seeds_wanted"] = wanted
+        out["time_values"] = out[f"times@{network}"] if f"times@{network}" in out else [{} for _ in range(len(out))]
+        full = out["n"].to_numpy() >= wanted
+        reach_class = np.where(reached >= 1.0, np.where(full, 0, 1), np.where(reached > 0, 2, 3))
+        out["reach_class"] = reach_class  # 0 all reached, 1 all reached with too few seeds, 2 some, 3 none
         return [pd.Series(reach_class, index=out.index).where(eligible), t.fillna(np.inf)]
+
+    def rank_labels(self, ranked):
+        labels: list[str] = []
+        leader: tuple[str, dict] | None = None  # (rank text, per-seed times) of the current tie group's first row
+        for rank_, n, wanted, cls, times in zip(
+            ranked["rank"], ranked["n"], ranked["seeds_wanted"], ranked["reach_class"], ranked["time_values"]
+        ):
+            if pd.isna(rank_):
+                labels.append("-")
+                continue
+            text = str(int(rank_))
+            if cls == 0:  # all seeds reached, enough seeds: tie groups
+                if leader is not None and time_test(times, leader[1]).resolved is not True:
+                    text += f" (≈{leader[0]})"
+                else:
+                    leader = (text, times)
+            elif cls == 1:
+                text += f" ({int(n)} of {int(wanted)} seeds)"
+            labels.append(text)
+        return labels
 
 
 class ParetoRank(Rule):
@@ -305,10 +341,15 @@ RULES: dict[str, Rule] = {
             "Fastest time-to-target on a network",
             "Entries are ranked by the modeled wall-clock time to first reach the task's target quality "
             "when the measured compute time and the measured bytes per step are replayed over the chosen "
-            "network (bandwidth and latency). The time is the mean over the seeds that reached "
-            "the target. Entries whose every seed reached the target rank first, then entries where only "
-            "some seeds reached it (the reached column says how many), and entries that never reached "
-            "the target rank last.",
+            "network (bandwidth and latency); a seed's time is interpolated between the two evaluations "
+            "around its crossing. The time is the mean ± sd over the seeds that reached the target, each "
+            "seed's time is listed, and the difference from the entry's baseline is tested: paired by "
+            "seed when both reached the target on the same seeds, Welch's t-test otherwise (the column "
+            "says which); p >= 0.05 is 'not resolved'. Ranks form tie groups: '3 (≈2)' is not resolved "
+            "from rank 2, the first of its group. Entries whose every seed reached the target rank first; "
+            "an entry with fewer seeds than the tier asks is marked ('1 of 3 seeds') and ranked after "
+            "every entry that has them; then entries where only some seeds reached the target, and last "
+            "those that never did.",
             controls=("network",),
         ),
         ParetoRank(

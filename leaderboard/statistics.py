@@ -21,7 +21,8 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -38,6 +39,10 @@ __all__ = [
     "MEASURED_SPREAD",
     "significance_marker",
     "welch_p",
+    "paired_p",
+    "TimeTest",
+    "time_test",
+    "tier_seeds",
     "t_cdf",
     "t_ppf",
     "minimal_detectable_difference",
@@ -232,6 +237,82 @@ def welch_p(mean_a: float, var_a: float, n_a: int, mean_b: float, var_b: float, 
     return 2.0 * t_cdf(-abs(float(t)), df)
 
 
+def paired_p(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p of the paired t-test of ``a`` against ``b`` (same seeds, same order); equals
+    ``scipy.stats.ttest_rel(a, b).pvalue``. NaN with fewer than 2 pairs; identical differences:
+    0.0 when they are not zero (a constant shift), NaN when they are."""
+    d = [x - y for x, y in zip(a, b)]
+    n = len(d)
+    if n < 2:
+        return math.nan
+    mean = sum(d) / n
+    var = sum((x - mean) ** 2 for x in d) / (n - 1)
+    if var == 0:
+        return math.nan if mean == 0 else 0.0
+    return 2.0 * t_cdf(-abs(mean / math.sqrt(var / n)), n - 1)
+
+
+@dataclass(frozen=True)
+class TimeTest:
+    """A row's time-to-target against another row's (its baseline, or the row it may tie with).
+
+    ``test``: ``"paired by seed"`` (both rows reached the target on the same seeds),
+    ``"Welch"`` (different seeds: unpaired, unequal variances), ``"n too small"`` (fewer than
+    2 seeds reached it on a side) or ``"not reached"`` (a side never reached it: no time to
+    compare). ``resolved``: p < alpha; None when there is no test."""
+
+    delta: float
+    p: float
+    test: str
+    resolved: bool | None
+
+
+def time_test(a: Mapping[int, float], b: Mapping[int, float], *, alpha: float = 0.05) -> TimeTest:
+    """Compare per-seed times-to-target ``{seed: seconds}`` (``inf``: that seed never reached
+    the target). Paired by seed when both rows reached it on the same seeds (the seed fixes the
+    data order and the initialization, so the pairs share their noise); Welch otherwise."""
+    ra = {k: v for k, v in a.items() if math.isfinite(v)}
+    rb = {k: v for k, v in b.items() if math.isfinite(v)}
+    if not ra or not rb:
+        return TimeTest(math.nan, math.nan, "not reached", None)
+    ma, mb = sum(ra.values()) / len(ra), sum(rb.values()) / len(rb)
+    delta = ma - mb
+    if len(ra) < 2 or len(rb) < 2:
+        return TimeTest(delta, math.nan, N_TOO_SMALL, None)
+    if len(ra) == len(a) and len(rb) == len(b) and set(ra) == set(rb):
+        seeds = sorted(ra)
+        p = paired_p([ra[k] for k in seeds], [rb[k] for k in seeds])
+        test = "paired by seed"
+    else:
+        va = sum((x - ma) ** 2 for x in ra.values()) / (len(ra) - 1)
+        vb = sum((x - mb) ** 2 for x in rb.values()) / (len(rb) - 1)
+        p = welch_p(ma, va, len(ra), mb, vb, len(rb))
+        test = "Welch"
+    return TimeTest(delta, p, test, None if math.isnan(p) else p < alpha)
+
+
+@functools.lru_cache(maxsize=1)
+def _matrix_seeds() -> dict[str, int]:
+    """Seeds per tier, read from the matrix file (its one home; the leaderboard imports no suite.bench)."""
+    import yaml
+
+    path = Path(__file__).resolve().parents[1] / "suite" / "bench" / "matrix.yaml"
+    try:
+        tiers = (yaml.safe_load(path.read_text()) or {}).get("tiers") or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    out = {}
+    for name, t in tiers.items():
+        seeds = (t or {}).get("seeds", 1)
+        out[str(name)] = len(seeds) if isinstance(seeds, list) else int(seeds)
+    return out
+
+
+def tier_seeds(tier: str) -> int:
+    """How many seeds a row of ``tier`` should have (the matrix's ``seeds``; 1 for an unknown tier)."""
+    return _matrix_seeds().get(tier, 1)
+
+
 # --------------------------------------------------------------------------- aggregation
 def _first_nonempty(frame: pd.DataFrame, gid: pd.Series, col: str) -> pd.Series:
     """First non-empty string of ``col`` per group id ("" when none)."""
@@ -333,11 +414,21 @@ def aggregate(frame: pd.DataFrame, *, spread: Mapping[tuple[str, str], SeedSprea
             c = f"time_to_target_s@{p}"
             out[c] = t_means[c]
             out[f"reached@{p}"] = np.where(n_ok > 0, t_reached[c] / n_ok.where(n_ok > 0, 1), 0.0)
+            out[f"time_sd@{p}"] = ttt[c].groupby(gid, sort=True).std(ddof=1)
+        # per seed: {seed: seconds} (inf: never reached), for the tests and the tables
+        per_seed: dict[str, dict[int, dict[int, float]]] = {p: {} for p in profiles}
+        cols = [f"time_to_target_s@{p}" for p in profiles]
+        for g, seed, *ts in zip(gid[ok], frame["seed"][ok], *(frame[c][ok] for c in cols)):
+            for p, t in zip(profiles, ts):
+                per_seed[p].setdefault(int(g), {})[int(seed)] = float(t) if t == t else math.inf
+        for p in profiles:
+            out[f"times@{p}"] = [per_seed[p].get(int(k), {}) for k in out.index]
     out["_var"] = by(val).var(ddof=1)
     out.index = key_index
     agg = out.reset_index()
     _add_deltas(agg, MEASURED_SPREAD if spread is None else spread)
-    return agg.drop(columns=["_var"]).reset_index(drop=True)
+    _add_time_tests(agg, profiles)
+    return agg.drop(columns=["_var", "_baseline_row"]).reset_index(drop=True)
 
 
 def _pick_baseline(bases: list[dict[str, Any]], entry: str, machine: str) -> tuple[int | None, str]:
@@ -391,6 +482,7 @@ def _add_deltas(agg: pd.DataFrame, spread: Mapping[tuple[str, str], SeedSpread])
         "mdd": [math.nan] * n_rows,
         "mdd_source": [""] * n_rows,
         "resolved": [pd.NA] * n_rows,
+        "_baseline_row": [-1] * n_rows,
     }
     for i, r in enumerate(rows):
         bases = groups.get((r["task"], r["tier"], r["setup"]))
@@ -400,6 +492,7 @@ def _add_deltas(agg: pd.DataFrame, spread: Mapping[tuple[str, str], SeedSpread])
         if b is None:
             continue
         base = rows[b]
+        out["_baseline_row"][i] = b
         out["baseline_entry"][i] = base["entry"]
         out["baseline_kind"][i] = kind
         out["baseline_same_machine"][i] = base["machine"] == r["machine"]
@@ -437,3 +530,26 @@ def _add_deltas(agg: pd.DataFrame, spread: Mapping[tuple[str, str], SeedSpread])
             index=agg.index,
             dtype="boolean" if k in ("baseline_same_machine", "baseline_same_code", "resolved") else None,
         )
+
+
+def _add_time_tests(agg: pd.DataFrame, profiles: list[str]) -> None:
+    """Per profile, each row's time-to-target against its baseline row's (the row its quality
+    delta uses): ``time_delta@p`` (mean minus the baseline's, over the seeds that reached the
+    target), ``time_p@p``, ``time_test@p`` (:class:`TimeTest`'s words) and ``time_resolved@p``."""
+    base = agg["_baseline_row"].tolist()
+    for p in profiles:
+        times = agg[f"times@{p}"].tolist()
+        cols: dict[str, list[Any]] = {k: [] for k in ("delta", "p", "test", "resolved")}
+        for i, b in enumerate(base):
+            if b < 0 or b == i or not times[i]:
+                t = TimeTest(math.nan, math.nan, "baseline" if b == i else "", None)
+            else:
+                t = time_test(times[i], times[b])
+            cols["delta"].append(t.delta)
+            cols["p"].append(t.p)
+            cols["test"].append(t.test)
+            cols["resolved"].append(pd.NA if t.resolved is None else t.resolved)
+        agg[f"time_delta@{p}"] = cols["delta"]
+        agg[f"time_p@{p}"] = cols["p"]
+        agg[f"time_test@{p}"] = cols["test"]
+        agg[f"time_resolved@{p}"] = pd.Series(cols["resolved"], index=agg.index, dtype="boolean")

@@ -309,6 +309,34 @@ def _fmt(v: float, spec: str = ".4g", suffix: str = "") -> str:
     return f"{v:{spec}}{suffix}"
 
 
+def _time_cells(r: dict[str, Any], network: str) -> dict[str, str]:
+    """A row's time-to-target at ``network``: mean ± sd over the seeds that reached the target
+    (how many of how many), the difference from the baseline with its test (paired by seed or
+    Welch, and whether it is resolved at p < 0.05), and every seed's time."""
+    n = int(r["n"])
+    t, reached = _num(r.get(f"time_to_target_s@{network}")), _num(r.get(f"reached@{network}", 0.0))
+    k = int(round(reached * n)) if n and reached == reached else 0
+    sd = _num(r.get(f"time_sd@{network}", math.nan))
+    if n == 0:
+        text = "-"
+    elif math.isnan(t):
+        text = f"not reached (0/{n})"
+    else:
+        text = (f"{t:.1f} ± {sd:.1f} s" if not math.isnan(sd) else f"{t:.1f} s") + f" ({k}/{n})"
+    test = str(r.get(f"time_test@{network}") or "")
+    delta, p = _num(r.get(f"time_delta@{network}", math.nan)), _num(r.get(f"time_p@{network}", math.nan))
+    if test in ("baseline", "not reached", ""):
+        dtext = test or "no baseline"
+    elif math.isnan(p):
+        dtext = f"{delta:+.1f} s, {test}"
+    else:
+        resolved = r.get(f"time_resolved@{network}")
+        dtext = f"{delta:+.1f} s, {test} p={p:.2g}" + ("" if resolved is True else ", not resolved")
+    times = r.get(f"times@{network}") or {}
+    per_seed = " / ".join("-" if math.isinf(v) else f"{v:.1f}" for _, v in sorted(times.items()))
+    return {f"time-to-target @ {network}": text, "Δ time vs none": dtext, "time per seed": per_seed or "-"}
+
+
 VERIFICATION_LABELS = {"verified": "✓ verified", "failed": "✗ failed verification", "not verified": "not verified"}
 
 
@@ -377,11 +405,7 @@ def display_table(
             r.get("machine", ""), r.get("load_1m", math.nan), r.get("cpu_count", math.nan)
         )
         if network and f"time_to_target_s@{network}" in r:
-            t, reached = r[f"time_to_target_s@{network}"], r.get(f"reached@{network}", 0.0)
-            k = int(round(reached * r["n"])) if r["n"] else 0
-            row[f"time-to-target @ {network}"] = (
-                "-" if r["n"] == 0 else ("not reached" if math.isnan(t) else _fmt(t, ".3g", " s")) + f" ({k}/{r['n']})"
-            )
+            row.update(_time_cells(r, network))
         if r.get("n_failed"):
             row["failed"] = str(r["n_failed"])
         else:
@@ -393,12 +417,11 @@ def display_table(
         row["verified"] = VERIFICATION_LABELS.get(r.get("verification") or "", "")
         rows.append(row)
     table = pd.DataFrame(rows)
-    ttt = f"time-to-target @ {network}"
-    if ttt in table:  # right after the delta: at 1400 px the grid must not hide the answer to "which on my link"
-        cols = list(table.columns)
-        cols.remove(ttt)
-        cols.insert(cols.index("Δ vs none") + 1, ttt)
-        table = table[cols]
+    time_cols = [c for c in (f"time-to-target @ {network}", "Δ time vs none", "time per seed") if c in table]
+    if time_cols:  # right after the delta: at 1400 px the grid must not hide the answer to "which on my link"
+        cols = [c for c in table.columns if c not in time_cols]
+        at = cols.index("Δ vs none") + 1
+        table = table[cols[:at] + time_cols + cols[at:]]
     if "verified" in table and not table["verified"].astype(bool).any():
         table = table.drop(columns="verified")  # no row came from a records/ entry
     for col in ("failed", "warnings"):

@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from leaderboard import rules
 from leaderboard.rules import Rule
+from suite.bench import cli
 from suite.bench.cli import main
 
 APP = Path(__file__).resolve().parents[2] / "leaderboard" / "app.py"
@@ -33,6 +34,7 @@ class FewestBytes(Rule):
 def fewest(monkeypatch):
     rule = FewestBytes("fewest_bytes", "Fewest bytes", "Fewest wire bytes per step first.", controls=("min_ratio",))
     monkeypatch.setitem(rules.RULES, rule.name, rule)
+    monkeypatch.setattr(cli.RULE_CHOICES, "_values", None)  # --rule's choices are read once per process
     return rule
 
 
