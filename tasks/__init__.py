@@ -43,6 +43,11 @@ _TASK_MODULES = {
     "cifar10": "tasks.cifar10",
     "sst2": "tasks.sst2",
     "shakespeare": "tasks.shakespeare",
+    "cola": "tasks.cola",
+    "mrpc": "tasks.mrpc",
+    "rte": "tasks.rte",
+    "stsb": "tasks.stsb",
+    "wikitext2": "tasks.wikitext2",
 }
 
 

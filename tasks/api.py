@@ -25,7 +25,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar, ContextManager, Iterable, Iterator, Mapping
+from typing import Any, ClassVar, ContextManager, Iterable, Iterator, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -232,8 +232,24 @@ class Task(abc.ABC):
         """Mean loss of one micro-batch (a scalar); the runtime divides by M."""
 
     @abc.abstractmethod
-    def metric_sums(self, output: Tensor, targets: Tensor) -> tuple[float, float]:
-        """(sum, count) of the metric over one evaluation micro-batch; metric = sum / count."""
+    def metric_sums(self, output: Tensor, targets: Tensor) -> tuple[float, ...]:
+        """The metric's additive statistics over one evaluation micro-batch, e.g. (sum, count).
+
+        The runtime adds them over batches and data-parallel replicas and hands the totals to
+        :meth:`metric_values`; the default reads them as (sum, count), metric = sum / count.
+        Metrics that are not a mean (Matthews correlation, F1, Pearson) return their sufficient
+        statistics (a confusion matrix, moments) and override :meth:`metric_values`.
+        """
+
+    def metric_stats_size(self) -> int:
+        """How many numbers :meth:`metric_sums` returns (a replica with no evaluation batch
+        contributes that many zeros)."""
+        return 2
+
+    def metric_values(self, sums: Sequence[float]) -> dict[str, float]:
+        """The metric(s) from the summed statistics: ``{metric.name: value, secondary: value...}``,
+        the primary metric (ranked, targeted) first. Default: ``{metric.name: sum / count}``."""
+        return {self.metric.name: float(sums[0]) / float(sums[1]) if sums[1] > 0 else float("nan")}
 
     # --- optimization ---------------------------------------------------------------
     @abc.abstractmethod

@@ -37,16 +37,16 @@ def evaluate(task: Task, stages: list[torch.nn.Module]) -> float:
     """The task's metric over its evaluation set (micro-batched like training)."""
     for s in stages:
         s.eval()
-    total, count = 0.0, 0.0
+    sums = [0.0] * task.metric_stats_size()
     device = next(stages[0].parameters()).device
     for batch in task.eval_batches():
         batch = batch.to(device)
         with autocast(device, task.budget.autocast_dtype):
-            s, c = task.metric_sums(_forward(stages, batch), batch.targets)
-        total, count = total + s, count + c
+            part = task.metric_sums(_forward(stages, batch), batch.targets)
+        sums = [a + float(b) for a, b in zip(sums, part, strict=True)]
     for s in stages:
         s.train()
-    return total / count
+    return next(iter(task.metric_values(sums).values()))
 
 
 @dataclass

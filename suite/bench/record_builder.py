@@ -159,7 +159,8 @@ def build_record(
             else float(r.final_metric_uncompressed),
             "target": float(r.target),
             "reached_target_step": r.reached_target_step,
-            "curve": [asdict(p) for p in r.curve],
+            # secondary metrics only where a task has them (other tasks' records keep their keys)
+            "curve": [{k: v for k, v in asdict(p).items() if k != "metrics" or v is not None} for p in r.curve],
             "bytes": {d: asdict(c) for d, c in r.bytes.items()},
             "bytes_per_boundary": {b: asdict(c) for b, c in r.bytes_per_boundary.items()},
             "bytes_per_step": {d: float(v) for d, v in r.bytes_per_step.items()},

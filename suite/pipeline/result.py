@@ -43,6 +43,7 @@ class EvalPoint:
     metric_uncompressed: float | None  # same model, boundaries uncompressed (None if disabled)
     train_loss: float  # mean training loss over the steps since the previous point
     wall_s: float  # measured training wall-clock up to this point (evaluation excluded)
+    metrics: dict[str, float] | None = None  # the task's secondary metrics (MRPC accuracy, STS-B Spearman)
 
 
 @dataclass

@@ -197,7 +197,9 @@ def summarize(config: CellConfig, reports: list[dict[str, Any]]) -> RunResult:
     curve, prev = [], 0
     for p in owner["curve"]:
         k = p["step"]
-        curve.append(EvalPoint(k, p["metric"], p["metric_uncompressed"], fmean(losses[prev:k]), sum(walls[:k])))
+        point = EvalPoint(k, p["metric"], p["metric_uncompressed"], fmean(losses[prev:k]), sum(walls[:k]))
+        point.metrics = p.get("metrics")
+        curve.append(point)
         prev = k
     target, hib = task["target"], task["higher_is_better"]
     reached = next((p.step for p in curve if (p.metric >= target if hib else p.metric <= target)), None)

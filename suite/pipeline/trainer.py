@@ -348,10 +348,10 @@ def evaluate(
     for st in stages.values():
         st.module.eval()
     meter.evaluating = True
-    results: dict[bool, float] = {}
+    results: dict[bool, dict[str, float]] = {}
     try:
         for compressed in modes:
-            sums = torch.zeros(2, dtype=torch.float64)
+            sums = torch.zeros(task.metric_stats_size(), dtype=torch.float64)
             for i, batch in enumerate(task.eval_batches()):
                 if i % placement.dp_size != placement.dp_rank:
                     continue
@@ -375,7 +375,7 @@ def evaluate(
                 meter.record("dp.metric", 0, t.numel() * t.element_size())
                 sums = t.cpu()
             if S - 1 in stages:
-                results[compressed] = float(sums[0] / sums[1]) if sums[1] > 0 else float("nan")
+                results[compressed] = task.metric_values(sums.tolist())
     finally:
         meter.evaluating = False
         for st in stages.values():
@@ -383,6 +383,8 @@ def evaluate(
             st.clock.discard()
     if S - 1 not in stages or placement.dp_rank != 0:
         return None
-    metric = results[True]
-    uncompressed = None if not cfg.eval_uncompressed else results.get(False, metric)
-    return {"step": done, "metric": metric, "metric_uncompressed": uncompressed}
+    values = results[True]
+    metric = next(iter(values.values()))  # the primary metric comes first
+    uncompressed = None if not cfg.eval_uncompressed else next(iter(results.get(False, values).values()))
+    secondary = {k: v for k, v in list(values.items())[1:]} or None
+    return {"step": done, "metric": metric, "metric_uncompressed": uncompressed, "metrics": secondary}

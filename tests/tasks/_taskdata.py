@@ -11,14 +11,20 @@ DATA_FILES = {
     "cifar10": "cifar10-jpg.tar.gz",
     "sst2": "sst2/train.tsv",
     "shakespeare": "tinyshakespeare/input.txt",
+    "cola": "cola/train.tsv",
+    "mrpc": "mrpc/train.tsv",
+    "rte": "rte/train.tsv",
+    "stsb": "stsb/train.tsv",
+    "wikitext2": "wikitext2/train.txt",
 }
+ENCODER_TASKS = ("sst2", "cola", "mrpc", "rte", "stsb")  # they need the pretrained encoder too
 
 
 def require_data(task: str) -> None:
     """Skip (with the reason) when a built-in task's data is not in the data dir."""
     if task in DATA_FILES and not (default_data_dir() / DATA_FILES[task]).exists():
         pytest.skip(f"{task}: {default_data_dir() / DATA_FILES[task]} not found (set MPCBENCH_DATA_DIR)")
-    if task == "sst2":  # the pretrained encoder is data too (a package, or $MPCBENCH_SST2_MODEL)
+    if task in ENCODER_TASKS:  # the pretrained encoder is data too (a package, or $MPCBENCH_SST2_MODEL)
         from tasks import DataMissingError
         from tasks.sst2 import default_model
 

@@ -56,9 +56,12 @@ def test_stages_compose_to_the_model(name):
                 torch.testing.assert_close(out, model(batch.inputs), rtol=0, atol=1e-5)
         loss = task.loss(out, batch.targets)
         assert loss.dim() == 0 and torch.isfinite(loss)
-        total, count = task.metric_sums(out, batch.targets)
-        assert count > 0 and math.isfinite(total)
+        stats = task.metric_sums(out, batch.targets)
+        assert len(stats) == task.metric_stats_size() and all(math.isfinite(v) for v in stats)
+        values = task.metric_values(stats)
+        assert next(iter(values)) == task.metric.name  # the primary metric first
         if task.metric.name == "accuracy":
+            total, count = stats
             assert 0 <= total <= count == len(batch)
 
 

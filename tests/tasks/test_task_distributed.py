@@ -14,7 +14,7 @@ from suite.pipeline.runtime import run
 
 @pytest.mark.distributed
 @pytest.mark.data
-@pytest.mark.parametrize("name", ["cifar10", "sst2", "shakespeare"])
+@pytest.mark.parametrize("name", ["cifar10", "sst2", "shakespeare", "cola", "mrpc", "rte", "stsb", "wikitext2"])
 def test_smoke_tier_under_torchrun_matches_single_process(name):
     require_data(name)
     cfg = CellConfig(task=name, tier="smoke", stages=2, steps=2, plan=CompressionPlan("quant(bits=4)", "fp8"))

@@ -11,6 +11,11 @@ EXPECT = {
     "cifar10": ("cifar10-jpg.tar.gz", "MPCBENCH_OFFLINE"),
     "sst2": ("sst2/train.tsv", "dl.fbaipublicfiles.com/glue"),
     "shakespeare": ("tinyshakespeare/input.txt", "karpathy/char-rnn"),
+    "cola": ("cola/train.tsv", "glue/data/CoLA.zip"),
+    "mrpc": ("mrpc/train.tsv", "msr_paraphrase_train.txt"),
+    "rte": ("rte/train.tsv", "glue/data/RTE.zip"),
+    "stsb": ("stsb/train.tsv", "glue/data/STS-B.zip"),
+    "wikitext2": ("wikitext2/train.txt", "wikitext-2-v1.zip"),
 }
 
 

@@ -1,0 +1,98 @@
+"""GLUE STS-B semantic similarity: fine-tune the pretrained MiniLM encoder as a regressor, split into stages.
+
+Pairs ``[CLS] a [SEP] b [SEP]``; the head has one output, trained with mean squared error on the
+gold 0-5 similarity score. Metrics: Pearson (ranked and targeted) and Spearman correlation of the
+predictions with the gold scores on the dev set (1,500 pairs), GLUE's official STS-B pair; a
+constant predictor scores 0. Pipeline as in :mod:`tasks.glue`.
+
+Targets are (B, 2): the gold score and the pair's position (in the training pool, or in the
+evaluation subset), because Spearman ranks all dev predictions together: ``metric_sums`` puts
+each prediction and gold score at its position in a vector of twice the dev-subset size, which
+adds over batches and replicas like any other statistic.
+
+Data: ``stsb/train.tsv`` (5,749) and ``stsb/dev.tsv``, 10 columns with header, the score last.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .api import DataMissingError, Metric, TierBudget
+from .glue import GlueRows, GlueTask, pearson, read_tsv, spearman
+
+__all__ = ["Stsb", "TASK"]
+
+
+class Stsb(GlueTask):
+    """GLUE STS-B: similarity regression on pairs, Pearson and Spearman correlation (constant: 0)."""
+
+    name = "stsb"
+    glue_dir = "stsb"
+    glue_archive = "STS-B"
+    n_outputs = 1
+    metric = Metric("pearson", higher_is_better=True)
+    tiers = {
+        "smoke": TierBudget(
+            steps=3, batch_size=8, microbatches=2, eval_every=3, target=0.1, lr=1e-4,
+            eval_samples=32, train_samples=64, extra={"max_len": 64, "n_layers": 3},
+        ),
+        "quick": TierBudget(
+            steps=64, batch_size=16, microbatches=4, eval_every=16, target=0.5, lr=1e-4,
+            eval_samples=750, train_samples=1024, warmup_steps=6, extra={"max_len": 64, "n_layers": 3},
+        ),
+        "full": TierBudget(
+            steps=540, batch_size=32, microbatches=4, eval_every=60, target=0.85, lr=5e-5,
+            warmup_steps=54, extra={"max_len": 128},
+        ),
+        "gpu": TierBudget(
+            steps=450, batch_size=64, microbatches=4, eval_every=90, target=0.84, lr=1e-4,
+            warmup_steps=45, precision="bf16", extra={"max_len": 128, "eval_batch_size": 512},
+        ),
+    }  # fmt: skip
+
+    @classmethod
+    def read(cls, path: Path) -> GlueRows:
+        rows = read_tsv(path)
+        try:
+            y = np.asarray([float(r[9]) for r in rows], dtype=np.float32)
+        except (IndexError, ValueError):
+            raise DataMissingError(f"{path}: expected STS-B's 10 tab-separated columns with the score last") from None
+        return [r[7] for r in rows], [r[8] for r in rows], y
+
+    def targets(self, y: np.ndarray, rows: np.ndarray, positions: np.ndarray) -> Tensor:
+        return torch.from_numpy(np.stack([np.asarray(y[rows], np.float32), positions.astype(np.float32)], 1))
+
+    def loss(self, output: Tensor, targets: Tensor) -> Tensor:
+        return F.mse_loss(output.squeeze(-1).float(), targets[:, 0])
+
+    def metric_stats_size(self) -> int:
+        return 3 * len(self.eval_rows())  # predictions, gold scores, and which positions were seen
+
+    def metric_sums(self, output: Tensor, targets: Tensor) -> tuple[float, ...]:
+        n = len(self.eval_rows())
+        out = np.zeros(3 * n)
+        pos = targets[:, 1].long().cpu().numpy()
+        out[pos] = output.squeeze(-1).float().cpu().numpy()
+        out[n + pos] = targets[:, 0].cpu().numpy()
+        out[2 * n + pos] = 1.0
+        return tuple(out.tolist())
+
+    def metric_values(self, sums):
+        n = len(sums) // 3
+        s = np.asarray(sums, dtype=np.float64)
+        seen = s[2 * n :] > 0
+        pred, gold = s[:n][seen], s[n : 2 * n][seen]
+        return {self.metric.name: pearson(pred, gold), "spearman": spearman(pred, gold)}
+
+
+TASK = Stsb
+
+if __name__ == "__main__":
+    from .standalone import main
+
+    raise SystemExit(main(Stsb))
