@@ -21,9 +21,10 @@ overrides it); deleting it only costs one rebuild.
 record where records must be re-modeled (written by an older network model), so the rows of
 every entry folder are also committed next to them: ``records/leaderboard-index.parquet``
 and ``records/leaderboard-index.json`` (the SHA-256 of every file of every entry folder,
-the index layout and the network model version they were built with). On first sight of a
-folder an entry whose files hash to what was committed takes its rows from there; any other
-entry (new, changed, or built by another model version) is loaded from its files as always,
+the index layout, the network model version and a hash of the code that turns records into
+rows, ``_ROW_CODE``). On first sight of a folder an entry whose files hash to what was
+committed takes its rows from there; any other entry (new, changed, or any of those built by
+other code) is loaded from its files as always,
 so a stale committed index costs time, never correctness. Regenerate it with one command::
 
     python -m leaderboard.index records      # writes the two files in records/
@@ -190,10 +191,24 @@ def _file_hashes(d: Path) -> dict[str, str] | None:
     return out
 
 
+# the code that turns record files into index rows: a committed index built by other code is stale
+_ROW_CODE = ("leaderboard/frame.py", "leaderboard/submissions.py", "leaderboard/networks.py", "suite/results")
+
+
+def _code_hash() -> str:
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for rel in _ROW_CODE:
+        p = root / rel
+        for f in sorted(p.rglob("*.py")) if p.is_dir() else [p]:
+            h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes().replace(b"\r\n", b"\n"))
+    return h.hexdigest()[:16]
+
+
 def _versions() -> dict[str, Any]:
     from suite.results.network import MODEL_VERSION
 
-    return {"version": INDEX_VERSION, "model_version": MODEL_VERSION}
+    return {"version": INDEX_VERSION, "model_version": MODEL_VERSION, "code": _code_hash()}
 
 
 def write_committed_index(records_dir: str | Path) -> Path:
