@@ -46,8 +46,10 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import math
 import re
 import subprocess
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -71,7 +73,11 @@ __all__ = [
     "plugin_file_hash",
     "MAINTAINER_ENTRIES",
     "VERIFICATION_FILE",
+    "RERUNS_FILE",
     "verification_status",
+    "read_verification",
+    "entry_file_hashes",
+    "lookalike_of_maintainers",
     "copies_to_drop",
 ]
 
@@ -89,6 +95,10 @@ MAX_YAML_EVENTS = 2_000  # parser events in entry.yaml (six short fields need ~2
 # (besides their own). A code change, so a pull request cannot add itself here unseen.
 MAINTAINER_ENTRIES = frozenset({"mpcbench-baselines"})
 VERIFICATION_FILE = "verification.json"  # written by `mpcbench verify`, never by a submitter
+RERUNS_FILE = "verification.reruns"  # the re-runs' timing (JSON lines), bound by verification.json's hash
+VERIFICATION_SCHEMA = "mpcbench.verification/2"
+MAX_VERIFICATION_BYTES = 4 * 2**20  # the report: ~1 kB per re-run cell
+MAX_RERUNS_BYTES = 32 * 2**20  # the re-runs' timing inputs: ~200 kB per cell
 ENTRY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 HASH = re.compile(r"^[0-9a-f]{16}$")
 
@@ -308,6 +318,45 @@ def _check_plugin(entry_dir: Path, info: EntryInfo) -> None:
         )
 
 
+# --------------------------------------------------------------------------- look-alike names
+# Letters that render like others (Cyrillic, Greek, full-width forms fold under NFKC), and digit / letter swaps.
+_CONFUSABLE = str.maketrans(
+    {
+        "а": "a", "е": "e", "о": "o", "р": "p", "с": "c", "х": "x", "у": "y", "і": "i", "ј": "j", "ѕ": "s",
+        "ԁ": "d", "һ": "h", "ӏ": "l", "к": "k", "м": "m", "н": "h", "т": "t", "в": "b", "ь": "b", "п": "n",
+        "α": "a", "ε": "e", "ο": "o", "ρ": "p", "ν": "v", "τ": "t", "ι": "i", "κ": "k", "μ": "m", "β": "b",
+        "0": "o", "1": "l", "i": "l", "|": "l", "3": "e", "4": "a", "5": "s", "7": "t", "8": "b", "9": "g",
+    }
+)  # fmt: skip
+_MAINTAINER_LOOKS = ("mpcbench-baselines", "mpcbench-maintainers", "mpcbench built-in compressors")
+
+
+def _skeleton(text: str) -> str:
+    """``text`` as it looks: NFKC, case-folded, confusable letters and digits mapped, only letters kept."""
+    import unicodedata
+
+    s = unicodedata.normalize("NFKC", text).casefold()
+    s = "".join(ch for ch in unicodedata.normalize("NFKD", s) if not unicodedata.combining(ch))
+    s = s.translate(_CONFUSABLE).replace("rn", "m").replace("vv", "w")
+    return "".join(ch for ch in s if ch.isalpha())
+
+
+def lookalike_of_maintainers(info: EntryInfo) -> str:
+    """One line when an entry's id, name or submitter looks like the maintainers' entry ("" if not)."""
+    looks = {_skeleton(m) for m in (*MAINTAINER_ENTRIES, *_MAINTAINER_LOOKS)}
+    mark = _skeleton("mpcbench")
+    for what, text in (("entry id", info.entry), ("name", info.name), ("submitter", info.submitter)):
+        sk = _skeleton(text)
+        if sk in looks or (
+            mark in sk and any(_skeleton(w) in sk for w in ("baseline", "maintainer", "built-in", "official"))
+        ):
+            return (
+                f"the {what} {_one_line(text, 80)!r} looks like the maintainers' entry, but this entry is not theirs "
+                f"(only {', '.join(sorted(MAINTAINER_ENTRIES))} is)"
+            )
+    return ""
+
+
 # --------------------------------------------------------------------------- results files
 class _Budget:
     """What one entry (or store) may still cost: bytes read, lines parsed, problems reported."""
@@ -476,25 +525,75 @@ def load_store(
     return records, problems
 
 
-def verification_status(entry_dir: str | Path) -> str:
-    """``verified`` / ``failed`` / ``not verified`` from ``<entry>/verification.json`` (written by
-    ``mpcbench verify``): verified only if every results file it checked is unchanged since."""
+def entry_file_hashes(entry_dir: str | Path) -> dict[str, str]:
+    """sha256 of every file of an entry folder except the verification's own two files: what a
+    verification binds (an added, removed or changed file of any kind unbinds it)."""
+    entry_dir = Path(entry_dir)
+    out: dict[str, str] = {}
+    for p in sorted(entry_dir.iterdir()):
+        if p.name in (VERIFICATION_FILE, RERUNS_FILE):
+            continue
+        if len(out) >= MAX_FILES_PER_ENTRY + 10:
+            out["(more files)"] = "too many files to bind"
+            break
+        if p.is_symlink() or not p.is_file():
+            out[p.name] = "not a regular file"
+            continue
+        h = hashlib.sha256()
+        with p.open("rb") as f:
+            for chunk in iter(lambda: f.read(2**20), b""):
+                h.update(chunk)
+        out[p.name] = h.hexdigest()
+    return out
+
+
+def read_verification(entry_dir: str | Path) -> tuple[str, dict[str, dict[str, Any]]]:
+    """(``verified`` / ``failed`` / ``not verified``, the re-runs' timing by record id) of an entry.
+
+    ``verification.json`` counts only when it is a report of ``mpcbench verify`` (schema
+    ``mpcbench.verification/2``, a seed, the cells it re-ran, a status that follows from them) and it
+    binds **every** file of the folder as it is now (:func:`entry_file_hashes`); otherwise the entry
+    is "not verified". That the report came from the maintainers' check and was not typed in is
+    enforced where the board is hosted (docs/leaderboard.md: the CI check re-runs it with its seed)."""
     entry_dir = Path(entry_dir)
     path = entry_dir / VERIFICATION_FILE
     if not path.exists():
-        return "not verified"
+        return "not verified", {}
     try:
-        data = json.loads(_read_capped(path, MAX_ENTRY_YAML_BYTES))
-        status, files = data["status"], data["files"]
-        if status not in ("verified", "failed") or not isinstance(files, dict) or not files:
-            return "not verified"
-        for name, digest in files.items():
-            f = entry_dir / str(name)
-            if "/" in str(name) or hashlib.sha256(_read_capped(f, MAX_FILE_BYTES)).hexdigest() != digest:
-                return "not verified"  # the results changed after verification
-        return status
+        data = json.loads(_read_capped(path, MAX_VERIFICATION_BYTES))
+        status, files, cells, seed = data["status"], data["files"], data["cells"], data["seed"]
+        if data.get("schema") != VERIFICATION_SCHEMA or status not in ("verified", "failed"):
+            return "not verified", {}
+        if not isinstance(files, dict) or not files or not isinstance(cells, list) or not cells:
+            return "not verified", {}
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            return "not verified", {}
+        ok = [isinstance(c, dict) and c.get("status") in ("match", "within spread") for c in cells]
+        if (status == "verified") != all(ok):
+            return "not verified", {}  # a status that does not follow from its cells was not written by verify
+        if entry_file_hashes(entry_dir) != files:
+            return "not verified", {}  # a file was added, removed or changed after verification
+        reruns: dict[str, dict[str, Any]] = {}
+        rpath = entry_dir / RERUNS_FILE
+        if rpath.exists():
+            raw = _read_capped(rpath, MAX_RERUNS_BYTES)
+            if hashlib.sha256(raw).hexdigest() != data.get("reruns_sha256"):
+                return "not verified", {}
+            for line in raw.splitlines():
+                r = json.loads(line)
+                if isinstance(r, dict) and isinstance(r.get("record_id"), str):
+                    reruns[r["record_id"]] = {k: r[k] for k in RERUN_FIELDS if k in r}
+        return status, reruns if status == "verified" else {}
     except Exception:  # noqa: BLE001 - a broken or forged file verifies nothing
-        return "not verified"
+        return "not verified", {}
+
+
+RERUN_FIELDS = ("time", "wall_s", "modeled", "model_version", "timing_inputs")  # the board's times of a re-run cell
+
+
+def verification_status(entry_dir: str | Path) -> str:
+    """``verified`` / ``failed`` / ``not verified`` (:func:`read_verification`)."""
+    return read_verification(entry_dir)[0]
 
 
 def load_entry(
@@ -539,7 +638,11 @@ def _load_entry(
     if len(files) > MAX_FILES_PER_ENTRY:
         problems.append(Problem(label, f"more than {MAX_FILES_PER_ENTRY} results files; only the first are read"))
         files = files[:MAX_FILES_PER_ENTRY]
-    entry_info = {**info.to_dict(), "verification": verification_status(entry_dir)}
+    verification, reruns = read_verification(entry_dir)
+    entry_info = {**info.to_dict(), "verification": verification}
+    if info.entry not in maintainers and (like := lookalike_of_maintainers(info)):
+        entry_info["lookalike"] = like
+        problems.append(Problem(label, f"flagged, not skipped: {like}"))
     attach = {
         "entry": info.entry,
         "submitter": info.submitter,
@@ -553,27 +656,81 @@ def _load_entry(
         if budget.stopped:
             break
         records += _load_jsonl(f, attach, budget, seen, str(f), plugin_hash=plugin_hash)
+    for r in records:  # a verified record's times are its re-run's, not what the record says
+        if r["record_id"] in reruns:
+            r.update(reruns[r["record_id"]])
+            r["times_from"] = "verification re-run"
     return records, problems
 
 
-def _first_commit_times(root: Path, names: Iterable[str]) -> dict[str, int]:
-    """Unix time of the first commit that added each entry folder (the repository's own order);
-    entries git does not know (or no git) are missing from the result."""
-    out: dict[str, int] = {}
-    for name in names:
-        try:
-            r = subprocess.run(
-                ["git", "-C", str(root), "log", "--diff-filter=A", "--format=%ct", "--", name],
+_RECORD_ID = re.compile(rb'"record_id"\s*:\s*"([^"\\]{1,200})"')
+GIT_HISTORY_DEADLINE_S = 60.0
+
+
+def _base_ref(top: Path) -> str | None:
+    """The base branch whose first-parent history is the publication order: ``main`` (else
+    ``origin/main``, ``master``, ``HEAD``)."""
+    for ref in ("main", "origin/main", "master", "HEAD"):
+        r = subprocess.run(
+            ["git", "-C", str(top), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+        if r.returncode == 0:
+            return ref
+    return None
+
+
+def _publication_order(root: Path, wanted: dict[str, set[str]]) -> dict[tuple[str, str], int]:
+    """(entry, record_id) -> the index, along the base branch's first-parent history (its merge
+    order), of the first commit whose change added that record to that entry's folder. ``wanted``:
+    entry -> the record ids asked about. Records not on the base branch are missing (they come last).
+    Author and committer dates play no part: a submitter sets them freely."""
+    out: dict[tuple[str, str], int] = {}
+    try:
+        top = Path(
+            subprocess.run(
+                ["git", "-C", str(root), "rev-parse", "--show-toplevel"],
                 capture_output=True,
                 text=True,
                 timeout=20,
-                check=False,
-            )
-            times = [int(t) for t in r.stdout.split()]
-            if r.returncode == 0 and times:
-                out[name] = min(times)
-        except (OSError, ValueError, subprocess.SubprocessError):
-            continue
+                check=True,
+            ).stdout.strip()
+        )
+        base = _base_ref(top)
+        rel = root.resolve().relative_to(top.resolve())
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return out
+    if base is None:
+        return out
+    depth = len(rel.parts)
+    cmd = ["git", "-C", str(top), "log", "--first-parent", "--diff-merges=first-parent", "--reverse"]
+    cmd += ["--format=commit %H", "-p", "--unified=0", "--no-color", "--no-renames", "--no-ext-diff", base, "--"]
+    cmd += [str(rel / e) if depth else e for e in sorted(wanted)]
+    deadline = time.monotonic() + GIT_HISTORY_DEADLINE_S
+    index, entry = 0, None
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as proc:
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                if time.monotonic() > deadline:
+                    break
+                if line.startswith(b"commit "):
+                    index += 1
+                elif line.startswith(b"+++ "):
+                    parts = line[4:].strip().decode(errors="replace").split("/")
+                    parts = parts[1:] if parts and parts[0] == "b" else parts
+                    entry = parts[depth] if len(parts) > depth + 1 else None
+                elif line.startswith(b"+") and entry in wanted:
+                    m = _RECORD_ID.search(line)
+                    if m:
+                        rid = m.group(1).decode(errors="replace")
+                        if rid in wanted[entry]:
+                            out.setdefault((entry, rid), index)
+        finally:
+            proc.kill()
     return out
 
 
@@ -584,28 +741,34 @@ def copies_to_drop(
 
     ``rows``: (record_id, entry, is_maintainer, entry date) of every loaded record under ``root``. A
     ``record_id`` in several entries is one run claimed twice: it stays with the maintainers' entry,
-    else the entry git added first (the repository's own order), else the earlier entry.yaml date;
-    never by folder name (an entry called ``0-attacker`` gains nothing by sorting first)."""
+    else the entry whose folder received it first along the base branch's first-parent history (the
+    merge order, :func:`_publication_order`; never commit dates, which a submitter sets), else the
+    earlier entry.yaml date; never by folder name (an entry called ``0-attacker`` gains nothing by
+    sorting first)."""
     root = Path(root)
     owners: dict[str, set[str]] = {}
     info: dict[str, tuple[bool, str]] = {}
     for rid, entry, maint, date in rows:
         owners.setdefault(rid, set()).add(entry)
         info[entry] = (bool(maint), date or "")
-    clashing = {e for es in owners.values() if len(es) > 1 for e in es}
-    if not clashing:
+    wanted: dict[str, set[str]] = {}
+    for rid, es in owners.items():
+        if len(es) > 1:
+            for e in es:
+                wanted.setdefault(e, set()).add(rid)
+    if not wanted:
         return set(), []
-    first_commit = _first_commit_times(root, sorted(clashing))
+    order = _publication_order(root, wanted)
 
-    def seniority(entry: str) -> tuple:
+    def seniority(entry: str, rid: str) -> tuple:
         maint, date = info[entry]
-        return (not maint, first_commit.get(entry, float("inf")), date, entry)
+        return (not maint, order.get((entry, rid), math.inf), date, entry)
 
     drop: set[tuple[str, str]] = set()
     by_pair: dict[tuple[str, str], list[str]] = {}
     for rid, es in owners.items():
         if len(es) > 1:
-            owner = min(es, key=seniority)
+            owner = min(es, key=lambda e: seniority(e, rid))
             for e in sorted(es - {owner}):
                 drop.add((e, rid))
                 by_pair.setdefault((e, owner), []).append(rid)
@@ -613,7 +776,7 @@ def copies_to_drop(
         Problem(
             str(root / entry),
             f"duplicate record_id: {len(ids)} record(s) copied from entry {owner!r} (e.g. {sorted(ids)[0]!r}) "
-            "were dropped: a record belongs to the entry that committed it first",
+            "were dropped: a record belongs to the entry the base branch received it in first",
         )
         for (entry, owner), ids in sorted(by_pair.items())
     ]

@@ -1,56 +1,91 @@
-"""``mpcbench verify records/<entry> [--sample N]``: re-run sampled cells of a submission and compare.
+"""``mpcbench verify records/<entry>``: re-run a random sample of an entry's cells and compare every field.
 
-A record says what was run (``config``: task, tier, seed, specs, placement), with which code
-(``provenance.git_commit``, ``plugin_hashes``) and where (``provenance.machine``). Verification
-re-runs a sample of an entry's ``ok`` cells from exactly that config, with the recorded code:
+What "verified" means (docs/leaderboard.md, "What verified guarantees"): the maintainers' check
+re-ran a sample of the entry's cells, drawn from a fresh random seed, with the project's own code
+in a contained process, and every field the board shows or derives from came out equal.
 
-- the recorded commit is checked out with ``git archive <commit>`` into a temporary folder and
-  the cell runs there (``PYTHONPATH`` = that folder; the runner script copes with the package
-  layouts before and after the ``suite/`` split); a commit this repository does not have, or no
-  commit, makes the cell "cannot verify" with the reason, never a silent pass;
-- a ``.py`` plugin runs from the entry folder, and its hash must equal the entry's ``plugin_hash``;
-- one torch thread per cell (``--threads``), as the committed baselines were measured.
+**Sample** (:func:`sample_records`): one cell of every distinct (task, tier, plan, run setup) of
+the entry, plus :data:`FRACTION` of the remaining cells, drawn with a seed from ``secrets`` (stored
+in the output; ``--seed`` reproduces a verification). A submitter cannot know which cells will be
+re-run; a forged row (every seed of one setup) is always re-run; the chance that a forgery of
+``F`` cells escapes is at most ``(1 - p_min) ** F`` (:func:`inclusion_probabilities`).
 
-Comparison (:func:`compare`):
+**Code**: only the project's code re-runs cells. A record's ``provenance.git_commit`` must be on
+the base branch's first-parent history (``--base``, default ``main``: the merge order); that
+commit's tree (``git archive``: a clean worktree) runs the cell. The only submitter code that runs
+is the ``.py`` plugin pinned by hash in ``entry.yaml``; any other plugin, module name or link a
+record names is refused with one line.
 
-- **exact** when the re-run's machine class (:func:`leaderboard.frame.machine_label`), torch build
-  and code (same commit, recorded tree not dirty) equal the record's: quality and the bytes of
-  every direction must be identical (two runs at one commit on one CPU class give identical numbers);
-- otherwise **within the seed spread**: quality may differ by at most ``K_SPREAD * sqrt(2) * std``
-  with ``std`` the task's measured seed spread (the entry's own seeds when it has >= 2 for the cell's
-  row, else :data:`leaderboard.statistics.MEASURED_SPREAD`), and bytes by at most 1 % (data-dependent
-  payload sizes follow the values); a cross-machine check cannot be exact (the same cifar10 ``none``
-  seed-0 cell gives 0.3477 on an Intel Xeon and 0.3223 on an AMD EPYC).
+**Containment** (:func:`containment`): the re-run gets an allow-listed environment, its own
+temporary ``HOME``, resource limits, its own session; as root with ``unshare`` also a network
+namespace with only loopback, a PID namespace (nothing it starts outlives it) and the verifier's
+home folder hidden. A missing layer is named in the output (``containment.missing``), never
+silently skipped.
 
-The result goes to ``records/<entry>/verification.json`` (:data:`leaderboard.submissions.VERIFICATION_FILE`):
-``status`` ``verified`` (every sampled cell matched), ``failed`` (one did not) or ``not verified``
-(a cell could not be run), one entry per cell, and the sha256 of every results file checked, so the
-leaderboard shows the entry as verified only while those files are unchanged. Only this command
-writes that file; a pull request that adds or edits one is refused by CI.
+**Comparison** (:func:`compare`): labels, spec, config and run setup equal; quality with and
+without compression, the curve, raw / wire bytes and messages per direction, per boundary and per
+step, evaluation bytes and the reached-target step equal (**exact** mode: same machine class,
+torch build and a clean recorded commit) or within the seed spread and 1 % of bytes (**spread**
+mode, across machines); the network model's inputs other than measured times equal; modeled
+times, recomputed here from each run's own timing inputs with the current model, within a factor
+:data:`TIME_FACTOR` (time is not reproducible), and the record's stored modeled times equal to
+its own inputs' model. The re-runs' timing goes to ``verification.reruns``; the board shows a
+verified record's times from its re-run.
+
+The output, ``records/<entry>/verification.json``, holds the sha256 of **every** file of the entry
+(:func:`leaderboard.submissions.entry_file_hashes`): any added, removed or changed file makes the
+entry "not verified" again. ``--check`` re-runs a committed verification with its own seed and
+fails when the result differs (the CI check that keeps hand-written verification files out).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import hashlib
 import json
 import math
 import os
 import random
+import resource
+import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-__all__ = ["CellCheck", "VerifyError", "compare", "sample_records", "verify_entry", "main", "K_SPREAD"]
+__all__ = [
+    "CellCheck",
+    "VerifyError",
+    "compare",
+    "sample_records",
+    "inclusion_probabilities",
+    "verify_entry",
+    "check_verification",
+    "containment",
+    "main",
+    "K_SPREAD",
+    "FRACTION",
+    "TIME_FACTOR",
+    "SCHEMA",
+]
 
+SCHEMA = "mpcbench.verification/2"
 K_SPREAD = 3.0  # re-run within 3 standard deviations of a difference of two seeds
 BYTES_RTOL = 0.01  # across machines: data-dependent payload sizes follow the values
+FRACTION = 0.1  # of the cells beyond one per setup (docs/leaderboard.md: the detection table)
+TIME_FACTOR = 4.0  # measured and modeled times: re-run / record within [1/4, 4] (a loaded 2-core machine)
+MODEL_RTOL = 1e-6  # a record's stored modeled times vs the model of its own inputs (same model version)
+MEM_LIMIT = 20 * 2**30  # address space of one re-run (RLIMIT_AS)
+FILE_LIMIT = 8 * 2**30  # largest file a re-run may write (RLIMIT_FSIZE)
+OPEN_FILES = 4096
+ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "TZ")  # the only variables a re-run inherits
 RECORD_TAG = "mpcbench-verify-record: "
 # Runs one cell in a code tree of any version (before and after the suite/ split); prints its record.
 # The layout is read from the tree's files, not by trying imports: an editable install of another
@@ -71,10 +106,16 @@ cfg = CellConfig.from_dict(json.load(open(sys.argv[1])))
 rec = run_cell(cfg, log_dir=sys.argv[2])
 print({RECORD_TAG!r} + json.dumps(rec), flush=True)
 """
+# Inside the namespaces: loopback up, the verifier's home folder hidden, then the re-run.
+NS_SCRIPT = (
+    'ip link set lo up || exit 97; d="$VERIFY_HIDE_DIR"; unset VERIFY_HIDE_DIR; '
+    'if [ -n "$d" ] && [ -d "$d" ]; then mount -t tmpfs -o size=1m,mode=700 tmpfs "$d" || exit 98; fi; exec "$@"'
+)
+NS_PREFIX = ("unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--", "sh", "-c", NS_SCRIPT, "sh")
 
 
 class VerifyError(RuntimeError):
-    """The entry cannot be verified at all (one line)."""
+    """The entry or cell cannot be verified (one line)."""
 
 
 @dataclass
@@ -91,6 +132,8 @@ class CellCheck:
     rerun_metric: float | None = None
     recorded_bytes: dict[str, int] = field(default_factory=dict)
     rerun_bytes: dict[str, int] = field(default_factory=dict)
+    diffs: list[str] = field(default_factory=list)
+    time_ratio: float | None = None  # re-run / record, modeled step time at 1Gbps
     seconds: float = 0.0
 
     @property
@@ -99,97 +142,331 @@ class CellCheck:
 
 
 # --------------------------------------------------------------------------- sampling
-def sample_records(records: list[dict[str, Any]], per_task: int, seed: int = 0) -> list[dict[str, Any]]:
-    """``per_task`` ``ok`` records per task (the latest record of each cell), chosen reproducibly."""
+def _group(r: dict[str, Any]) -> str:
+    """The setup a cell belongs to: task, tier, plan (specs) and run setup; seeds of one row share it."""
+    return json.dumps([r.get("task"), r.get("tier"), r.get("specs"), r.get("run")], sort_keys=True)
+
+
+def _latest_ok(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     latest: dict[str, dict[str, Any]] = {}
-    for r in sorted(records, key=lambda r: r.get("created", "")):
+    for r in sorted(records, key=lambda r: str(r.get("created", ""))):
         if r.get("status") == "ok":
             latest[r["cell_key"]] = r
-    by_task: dict[str, list[dict[str, Any]]] = {}
-    for r in sorted(latest.values(), key=lambda r: r["cell_id"]):
-        by_task.setdefault(r["task"], []).append(r)
+    return sorted(latest.values(), key=lambda r: (r["cell_id"], r["record_id"]))
+
+
+def sample_records(records: list[dict[str, Any]], seed: int, fraction: float = FRACTION) -> list[dict[str, Any]]:
+    """One ``ok`` cell (the latest record of each cell) per setup, plus ``ceil(fraction * rest)`` of
+    the rest, drawn uniformly with ``random.Random(seed)``."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in _latest_ok(records):
+        groups.setdefault(_group(r), []).append(r)
     rng = random.Random(seed)
-    out = []
-    for task in sorted(by_task):
-        rows = by_task[task]
-        out += rng.sample(rows, min(per_task, len(rows)))
-    return out
+    picked, rest = [], []
+    for key in sorted(groups):
+        rows = groups[key]
+        i = rng.randrange(len(rows))
+        picked.append(rows[i])
+        rest += rows[:i] + rows[i + 1 :]
+    picked += rng.sample(rest, math.ceil(fraction * len(rest)))
+    return sorted(picked, key=lambda r: r["cell_id"])
+
+
+def inclusion_probabilities(records: list[dict[str, Any]], fraction: float = FRACTION) -> dict[str, Any]:
+    """What :func:`sample_records` gives a forger: per cell the probability it is re-run
+    (``1/g + (1 - 1/g) * m / R`` in a setup of ``g`` cells, ``m`` of the ``R`` remaining drawn);
+    inclusions are negatively associated, so ``F`` forged cells all escape with probability at most
+    ``(1 - p_min) ** F``."""
+    sizes: dict[str, int] = {}
+    for r in _latest_ok(records):
+        sizes[_group(r)] = sizes.get(_group(r), 0) + 1
+    n, g = sum(sizes.values()), len(sizes)
+    rest = n - g
+    m = math.ceil(fraction * rest)
+    frac = m / rest if rest else 0.0
+    p_min = min((1 / s + (1 - 1 / s) * frac for s in sizes.values()), default=0.0)
+
+    def detect(f: int) -> float:
+        return round(1 - (1 - p_min) ** f, 4)
+
+    return {
+        "cells": n,
+        "setups": g,
+        "sampled": g + m,
+        "fraction_of_rest": fraction,
+        "p_min": round(p_min, 4),
+        "detect_at_least": {
+            "1 forged cell": detect(1),
+            "5% forged": detect(max(1, math.ceil(0.05 * n))),
+            "10% forged": detect(max(1, math.ceil(0.10 * n))),
+            "a whole setup (every seed of a row)": 1.0,
+        },
+    }
 
 
 # --------------------------------------------------------------------------- code trees
-def _git(repo: Path, *args: str) -> str | None:
+def _git(repo: Path, *args: str, timeout: float = 60) -> str | None:
     try:
-        r = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60, check=False)
+        r = subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=timeout, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return r.stdout.strip() if r.returncode == 0 else None
 
 
-@contextlib.contextmanager
-def code_tree(commit: str | None, repo: Path, cache: dict[str, Path]) -> Iterator[Path]:
-    """A folder with the code of ``commit`` (``git archive``), extracted once per commit into ``cache``."""
-    if not commit:
-        raise VerifyError("the record names no git commit: its code cannot be recovered")
-    full = _git(repo, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
-    if not full:
-        raise VerifyError(f"commit {commit[:12]} is not in this repository (git fetch it, or the code is unpublished)")
-    if full not in cache:
-        dest = Path(tempfile.mkdtemp(prefix=f"mpcbench-verify-{full[:12]}-"))
-        archive = subprocess.run(
-            ["git", "-C", str(repo), "archive", "--format=tar", full], capture_output=True, check=False
-        )
-        if archive.returncode != 0:
-            shutil.rmtree(dest, ignore_errors=True)
+class CodeTrees:
+    """Clean trees of base-branch commits (``git archive``), extracted once per commit."""
+
+    def __init__(self, repo: Path, base: str) -> None:
+        self.repo, self.base = repo, base
+        self.base_commit = _git(repo, "rev-parse", "--verify", "--quiet", f"{base}^{{commit}}")
+        if not self.base_commit:
+            raise VerifyError(f"base branch {base!r} is not in {repo} (name it with --base, e.g. origin/main)")
+        history = _git(repo, "rev-list", "--first-parent", self.base_commit, timeout=120)
+        self.first_parent = set((history or "").split())
+        self.trees: dict[str, Path] = {}
+
+    def resolve(self, commit: str | None) -> str:
+        """The full commit id, if it is on the base branch's first-parent history (else one line)."""
+        if not commit:
+            raise VerifyError("the record names no git commit: its code cannot be recovered")
+        full = _git(self.repo, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
+        if not full:
             raise VerifyError(
-                f"git archive {full[:12]} failed: {archive.stderr.decode(errors='replace').strip()[:200]}"
+                f"commit {commit[:12]} is not in this repository (git fetch it, or the code is unpublished)"
             )
-        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
-        cache[full] = dest
-    yield cache[full]
+        if full not in self.first_parent:
+            raise VerifyError(
+                f"commit {full[:12]} is not on the first-parent history of {self.base}: "
+                "only code merged into the base branch re-runs cells"
+            )
+        return full
+
+    def tree(self, commit: str | None) -> tuple[str, Path]:
+        full = self.resolve(commit)
+        if full not in self.trees:
+            dest = Path(tempfile.mkdtemp(prefix=f"mpcbench-verify-{full[:12]}-"))
+            archive = subprocess.run(
+                ["git", "-C", str(self.repo), "archive", "--format=tar", full], capture_output=True, check=False
+            )
+            if archive.returncode != 0:
+                shutil.rmtree(dest, ignore_errors=True)
+                raise VerifyError(
+                    f"git archive {full[:12]} failed: {archive.stderr.decode(errors='replace').strip()[:200]}"
+                )
+            subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+            os.chmod(dest, 0o755)  # mkdtemp's 0700 would hide the tree from nothing but is odd for a code tree
+            self.trees[full] = dest
+        return full, self.trees[full]
+
+    def close(self) -> None:
+        for t in self.trees.values():
+            shutil.rmtree(t, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def code_tree(commit: str | None, repo: Path, cache: dict[str, Path], base: str = "HEAD") -> Iterator[Path]:
+    """The clean tree of ``commit`` (it must be on ``base``'s first-parent history)."""
+    trees = CodeTrees(repo, base)
+    trees.trees = cache
+    yield trees.tree(commit)[1]
+
+
+# --------------------------------------------------------------------------- containment
+@dataclass(frozen=True)
+class Containment:
+    """How re-runs are contained on this machine: the command prefix, the layers, the missing ones."""
+
+    prefix: tuple[str, ...]
+    layers: tuple[str, ...]
+    missing: tuple[str, ...]
+    hide: str = ""  # a folder the namespace covers with an empty tmpfs
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {"layers": list(self.layers), "missing": list(self.missing)}
+
+
+def containment(hide: Path | None = None, needed: tuple[Path, ...] = ()) -> Containment:
+    """The layers available here. ``hide``: the verifier's home folder (hidden unless a ``needed``
+    path, e.g. the interpreter or the data, lies inside it)."""
+    layers = [
+        "environment: allow-list " + ", ".join(ENV_ALLOW) + " (+ the data folder and thread counts)",
+        "HOME and TMPDIR: a fresh temporary folder",
+        f"rlimits: {MEM_LIMIT // 2**30} GiB address space, {FILE_LIMIT // 2**30} GiB files, "
+        f"{OPEN_FILES} open files, no core dumps, CPU time = the cell's time limit",
+        "session: its own process group, killed when the re-run ends",
+    ]
+    missing = []
+    why = ""
+    if os.geteuid() != 0:
+        why = "not root"
+    elif not shutil.which("unshare") or not shutil.which("ip"):
+        why = "no unshare or ip command"
+    else:
+        probe = subprocess.run(
+            [*NS_PREFIX, "true"],
+            capture_output=True,
+            text=True,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            check=False,
+        )
+        if probe.returncode != 0:
+            why = f"unshare failed: {(probe.stderr.strip().splitlines() or ['exit %d' % probe.returncode])[-1][:120]}"
+    if why:
+        missing += [f"network namespace: {why}", f"PID namespace: {why}", f"hidden home folder: {why}"]
+        return Containment((), tuple(layers), tuple(missing))
+    layers += [
+        "network: its own namespace with only loopback",
+        "PID namespace: everything it starts is killed when it ends",
+    ]
+    home = ""
+    if hide is not None and hide.is_dir():
+        inside = [n for n in needed if hide.resolve() in (n.resolve(), *n.resolve().parents)]
+        if inside:
+            missing.append(f"hidden home folder: {hide} holds {inside[0]}, which the re-run needs")
+        else:
+            home = str(hide)
+            layers.append(f"{hide}: hidden (an empty tmpfs over it)")
+    return Containment(NS_PREFIX, tuple(layers), tuple(missing), home)
+
+
+def _limits(cpu_s: float) -> Callable[[], None]:
+    def apply() -> None:
+        os.setsid()
+        for what, value in (
+            (resource.RLIMIT_AS, MEM_LIMIT),
+            (resource.RLIMIT_FSIZE, FILE_LIMIT),
+            (resource.RLIMIT_NOFILE, OPEN_FILES),
+            (resource.RLIMIT_CORE, 0),
+            (resource.RLIMIT_CPU, int(cpu_s)),
+        ):
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(what, (value, value))
+
+    return apply
+
+
+def contained_run(
+    argv: list[str], *, cwd: Path, env: dict[str, str], box: Containment, timeout_s: float, cpu_s: float
+) -> subprocess.CompletedProcess:
+    """``argv`` inside ``box``; whatever it started is killed when it ends or times out."""
+    proc = subprocess.Popen(
+        [*box.prefix, *argv],
+        cwd=cwd,
+        env={**env, "VERIFY_HIDE_DIR": box.hide} if box.prefix else env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_limits(cpu_s),  # noqa: PLW1509 - rlimits and setsid must apply before exec
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # a daemon left in the group (no PID namespace)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 # --------------------------------------------------------------------------- one cell
-def _config_for_rerun(record: dict[str, Any], entry_dir: Path, time_limit_s: float) -> dict[str, Any]:
-    """The recorded config, with local paths replaced: no data dir (the verifier's default), the
-    entry's own plugin file, and the verifier's time limit."""
-    cfg = dict(record["config"])
-    cfg["data_dir"] = None
-    cfg["time_limit_s"] = time_limit_s
+def _pinned_plugin(entry_dir: Path) -> tuple[str, str]:
+    """(file name, hash) of the entry's hash-pinned ``.py`` plugin, or ("", "")."""
+    from leaderboard.submissions import read_entry_info
+
+    try:
+        info = read_entry_info(entry_dir)
+    except ValueError as e:
+        raise VerifyError(f"{entry_dir}: {e}") from None
+    return (info.plugin, info.plugin_hash) if info.plugin.endswith(".py") else ("", "")
+
+
+def _config_for_rerun(record: dict[str, Any], entry_dir: Path, time_limit_s: float, work: Path) -> dict[str, Any]:
+    """The recorded config for the re-run: no data dir (the verifier's), the verifier's time limit,
+    and as plugin only a copy of the entry's hash-pinned ``.py`` file; anything else is refused."""
+    from leaderboard.submissions import plugin_file_hash
+
+    cfg = dict(record.get("config") or {})
+    if not cfg:
+        raise VerifyError(f"{record['cell_id']}: the record has no config to re-run")
+    if cfg.get("link") or int(cfg.get("nnodes") or 1) != 1 or cfg.get("rdzv_endpoint"):
+        raise VerifyError(
+            f"{record['cell_id']}: cells over emulated links or several hosts are not re-run (no network in a re-run)"
+        )
+    cfg.update(data_dir=None, time_limit_s=time_limit_s, node_rank=0, rdzv_endpoint=None)
+    pinned, pinned_hash = _pinned_plugin(entry_dir)
     plugins = []
     for p in cfg.get("plugins") or []:
-        if str(p).endswith(".py"):
-            local = entry_dir / Path(str(p)).name
-            if not local.is_file():
-                raise VerifyError(f"plugin {Path(str(p)).name} used by {record['cell_id']} is not in {entry_dir}")
-            plugins.append(str(local.resolve()))
-        else:
-            plugins.append(p)
+        name = Path(str(p)).name
+        if not (str(p).endswith(".py") and pinned and name == Path(pinned).name):
+            raise VerifyError(
+                f"{record['cell_id']}: plugin {str(p)[:80]!r} is not the .py file entry.yaml pins "
+                f"({pinned or 'none'}); only the hash-pinned plugin runs"
+            )
+        local = entry_dir / pinned
+        if plugin_file_hash(local) != pinned_hash:
+            raise VerifyError(f"{record['cell_id']}: {pinned} does not match entry.yaml's plugin_hash")
+        copy = work / "plugin" / name
+        copy.parent.mkdir(exist_ok=True)
+        shutil.copyfile(local, copy)
+        plugins.append(str(copy))
     cfg["plugins"] = plugins
     return cfg
 
 
+def rerun_environment(tree: Path, commit: str, threads: int, home: Path) -> dict[str, str]:
+    """The whole environment of a re-run: the allow-list, a fresh home, the data folder, threads."""
+    from tasks.api import default_data_dir
+
+    env = {k: v for k, v in os.environ.items() if k in ENV_ALLOW}
+    env.setdefault("PATH", "/usr/bin:/bin")
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+    env.update(
+        HOME=str(home),
+        TMPDIR=str(home),
+        PYTHONPATH=str(tree),
+        PYTHONNOUSERSITE="1",
+        PYTHONUNBUFFERED="1",
+        PYTHONDONTWRITEBYTECODE="1",
+        MPCBENCH_GIT_COMMIT=commit,
+        MPCBENCH_DATA_DIR=str(default_data_dir()),
+        MPCBENCH_OFFLINE="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+    )
+    return env
+
+
 def _rerun(
-    record: dict[str, Any], tree: Path, commit: str, entry_dir: Path, time_limit_s: float, threads: int
+    record: dict[str, Any],
+    tree: Path,
+    commit: str,
+    entry_dir: Path,
+    time_limit_s: float,
+    threads: int,
+    box: Containment,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="mpcbench-verify-cell-") as tmp:
-        cfg_path = Path(tmp) / "config.json"
-        cfg_path.write_text(json.dumps(_config_for_rerun(record, entry_dir, time_limit_s)))
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(tree),
-            "MPCBENCH_GIT_COMMIT": commit,
-            "OMP_NUM_THREADS": str(threads),
-            "MKL_NUM_THREADS": str(threads),
-            "PYTHONUNBUFFERED": "1",
-        }
-        proc = subprocess.run(
-            [sys.executable, "-c", RUNNER, str(cfg_path), str(Path(tmp) / "logs")],
+        work = Path(tmp)
+        os.chmod(work, 0o755)
+        home = work / "home"
+        home.mkdir()
+        cfg_path = work / "config.json"
+        cfg_path.write_text(json.dumps(_config_for_rerun(record, entry_dir, time_limit_s, work)))
+        proc = contained_run(
+            [sys.executable, "-c", RUNNER, str(cfg_path), str(work / "logs")],
             cwd=tree,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=time_limit_s + 600,
-            check=False,
+            env=rerun_environment(tree, commit, threads, home),
+            box=box,
+            timeout_s=time_limit_s + 600,
+            cpu_s=(time_limit_s + 600) * max(1, threads) * 2,
         )
         for line in proc.stdout.splitlines():
             if line.startswith(RECORD_TAG):
@@ -243,59 +520,197 @@ def _spread(record: dict[str, Any], entry_records: list[dict[str, Any]]) -> tupl
     return measured.seed_std, f"measured seed std of {record['task']} / {record['tier']}"
 
 
+# --------------------------------------------------------------------------- comparison
+IDENTITY_FIELDS = (
+    "cell_key",
+    "task",
+    "tier",
+    "seed",
+    "compressor",
+    "specs",
+    "specs_resolved",
+    "metric_name",
+    "higher_is_better",
+    "target",
+    "run",
+)
+TIMING_STRUCTURE = ("schedule", "microbatches", "replicas", "counts", "warmup_steps")  # not measured times
+TIMING_BYTES = ("steps", "target_step")  # payload sizes per step and the interpolated target step
+MEASURED_TIMES = ("step_s", "total_train_s")
+
+
+def _short(v: Any) -> str:
+    s = json.dumps(v, sort_keys=True, default=str)
+    return s if len(s) <= 80 else s[:77] + "..."
+
+
+def _modeled_now(record: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """The current network model's times of a record's own ``timing_inputs`` at every profile."""
+    from suite.results import network
+
+    timing = record.get("timing_inputs")
+    if not isinstance(timing, dict) or not timing:
+        return {}
+    return network.model_run(
+        network.TimingInputs.from_dict(timing), network.PROFILES, record.get("reached_target_step")
+    )
+
+
+class _Diffs:
+    def __init__(self, exact: bool, tol: float) -> None:
+        self.exact, self.tol, self.out = exact, tol, []
+
+    def same(self, name: str, a: Any, b: Any) -> None:
+        if a != b:
+            self.out.append(f"{name}: recorded {_short(a)}, re-run {_short(b)}")
+
+    def quality(self, name: str, a: Any, b: Any) -> None:
+        if self.exact or a is None or b is None:
+            return self.same(name, a, b)
+        if not (isinstance(a, (int, float)) and isinstance(b, (int, float))) or abs(a - b) > self.tol:
+            self.out.append(f"{name}: recorded {_short(a)}, re-run {_short(b)} (|diff| > {self.tol:.4g})")
+
+    def count(self, name: str, a: Any, b: Any) -> None:
+        if self.exact or not (isinstance(a, (int, float)) and isinstance(b, (int, float))):
+            return self.same(name, a, b)
+        if abs(a - b) > BYTES_RTOL * max(abs(a), abs(b), 1):
+            self.out.append(f"{name}: recorded {a}, re-run {b} (more than {BYTES_RTOL:.0%} apart)")
+
+    def counts(self, name: str, a: Any, b: Any) -> None:
+        a, b = a if isinstance(a, dict) else {}, b if isinstance(b, dict) else {}
+        if set(a) != set(b):
+            return self.same(f"{name} keys", sorted(a), sorted(b))
+        for k in sorted(a):
+            if isinstance(a[k], dict) and isinstance(b[k], dict):
+                self.counts(f"{name}.{k}", a[k], b[k])
+            elif isinstance(a[k], list) and isinstance(b[k], list) and not self.exact:
+                if len(a[k]) != len(b[k]):
+                    self.same(f"{name}.{k} length", len(a[k]), len(b[k]))
+                else:
+                    self.count(f"{name}.{k} total", sum(a[k]), sum(b[k]))
+            else:
+                self.count(f"{name}.{k}", a[k], b[k])
+
+    def time(self, name: str, a: Any, b: Any) -> None:
+        if a is None or b is None:
+            return self.same(f"{name} (reached or not)", a is None, b is None)
+        if not (isinstance(a, (int, float)) and isinstance(b, (int, float))):
+            return self.same(name, a, b)
+        if a <= 0 or b <= 0:
+            if (a <= 0) != (b <= 0):
+                self.out.append(f"{name}: recorded {a:.4g}, re-run {b:.4g}")
+            return
+        if not 1 / TIME_FACTOR <= b / a <= TIME_FACTOR:
+            self.out.append(f"{name}: recorded {a:.4g} s, re-run {b:.4g} s (more than {TIME_FACTOR:g}x apart)")
+
+
+def field_diffs(old: dict[str, Any], new: dict[str, Any], *, exact: bool, tol: float = 0.0) -> list[str]:
+    """Every difference between a record and its re-run in the fields the board shows or derives from."""
+    d = _Diffs(exact, tol)
+    for k in IDENTITY_FIELDS:
+        d.same(k, old.get(k), new.get(k))
+    for k in ("final_metric", "final_metric_uncompressed"):
+        d.quality(k, old.get(k), new.get(k))
+    oc = [p for p in old.get("curve") or [] if isinstance(p, dict)]
+    nc = [p for p in new.get("curve") or [] if isinstance(p, dict)]
+    d.same("curve steps", [p.get("step") for p in oc], [p.get("step") for p in nc])
+    if len(oc) == len(nc):
+        for a, b in zip(oc, nc):
+            for k in ("metric", "metric_uncompressed", "train_loss"):
+                d.quality(f"curve[step {a.get('step')}].{k}", a.get(k), b.get(k))
+    ra, rb = old.get("reached_target_step"), new.get("reached_target_step")
+    if exact or ra is None or rb is None:
+        d.same("reached_target_step", ra, rb)
+    else:  # across machines the crossing may move by one evaluation
+        steps = [p.get("step") for p in oc if isinstance(p.get("step"), int)]
+        interval = min((b - a for a, b in zip(steps, steps[1:]) if b > a), default=0)
+        if abs(ra - rb) > interval:
+            d.same("reached_target_step", ra, rb)
+    for k in ("bytes", "bytes_per_boundary", "eval_bytes", "wire_bytes_by_step"):
+        d.counts(k, old.get(k), new.get(k))
+    d.count("compressor_state_bytes", old.get("compressor_state_bytes"), new.get("compressor_state_bytes"))
+    to, tn = old.get("timing_inputs") or {}, new.get("timing_inputs") or {}
+    for k in TIMING_STRUCTURE:
+        d.same(f"timing_inputs.{k}", to.get(k), tn.get(k))
+    if exact:
+        for k in TIMING_BYTES:
+            d.same(f"timing_inputs.{k}", to.get(k), tn.get(k))
+    ot, nt = old.get("time") or {}, new.get("time") or {}
+    for k in MEASURED_TIMES:
+        d.time(f"time.{k}", ot.get(k), nt.get(k))
+    try:
+        mo, mn = _modeled_now(old), _modeled_now(new)
+    except Exception as e:  # noqa: BLE001 - the record's inputs are untrusted
+        d.out.append(f"timing_inputs: the network model cannot read them ({type(e).__name__})")
+        return d.out
+    for prof in sorted(set(mo) | set(mn)):
+        for k in ("step_s", "total_s", "time_to_target_s"):
+            d.time(f"modeled {prof} {k}", (mo.get(prof) or {}).get(k), (mn.get(prof) or {}).get(k))
+    from suite.results.network import MODEL_VERSION
+
+    if old.get("model_version") == MODEL_VERSION:  # older versions are re-modeled by the board anyway
+        for prof, times in (old.get("modeled") or {}).items():
+            for k, v in (times or {}).items():
+                m = (mo.get(prof) or {}).get(k)
+                if k in ("step_s", "total_s", "time_to_target_s") and (
+                    (v is None) != (m is None) or (v is not None and abs(v - m) > MODEL_RTOL * max(abs(m), 1e-12))
+                ):
+                    d.out.append(f"modeled.{prof}.{k}: recorded {v!r}, but its own timing inputs give {m!r}")
+    return d.out
+
+
 def compare(
     old: dict[str, Any], new: dict[str, Any], *, exact: bool, std: float = math.nan, why: str = ""
 ) -> tuple[str, str]:
     """(status, one-line detail) of a re-run ``new`` against the recorded ``old`` (module docstring)."""
+    status, detail, _ = compare_all(old, new, exact=exact, std=std, why=why)
+    return status, detail
+
+
+def compare_all(
+    old: dict[str, Any], new: dict[str, Any], *, exact: bool, std: float = math.nan, why: str = ""
+) -> tuple[str, str, list[str]]:
+    """(status, one-line detail, every difference) of a re-run against its record."""
     if new.get("status") != "ok":
-        return "rerun failed", f"the re-run ended {new.get('status')}: {new.get('error')}"
-    if new.get("cell_key") != old.get("cell_key"):
-        return (
-            "mismatch",
-            f"the recorded config gives cell key {new.get('cell_key')}, the record says {old.get('cell_key')}",
-        )
-    bo, bn = _bytes(old), _bytes(new)
-    qo, qn = float(old["final_metric"]), float(new["final_metric"])
+        return "rerun failed", f"the re-run ended {new.get('status')}: {new.get('error')}", []
+    tol = 0.0 if exact else K_SPREAD * math.sqrt(2) * std
+    diffs = field_diffs(old, new, exact=exact, tol=tol)
+    name = old.get("metric_name", "metric")
+    if diffs:
+        more = f" (+{len(diffs) - 1} more)" if len(diffs) > 1 else ""
+        return "mismatch", diffs[0] + more + ("" if exact else f" ({why})"), diffs[:50]
     if exact:
-        if bo != bn:
-            return "mismatch", f"wire bytes differ: recorded {bo}, re-run {bn}"
-        if qo != qn:
-            return (
-                "mismatch",
-                f"{old['metric_name']} differs: recorded {qo!r}, re-run {qn!r} (same machine class, torch and code)",
-            )
-        return "match", f"identical {old['metric_name']} {qn!r} and wire bytes"
-    for d in set(bo) | set(bn):
-        a, b = bo.get(d, 0), bn.get(d, 0)
-        if abs(a - b) > BYTES_RTOL * max(a, b, 1):
-            return "mismatch", f"{d} wire bytes differ by more than {BYTES_RTOL:.0%}: recorded {a}, re-run {b}"
-    tol = K_SPREAD * math.sqrt(2) * std
-    if qo == qn and bo == bn:
         return (
-            "within spread",
-            f"identical {old['metric_name']} {qn!r} and wire bytes, though exactness was not required ({why})",
-        )
-    if abs(qo - qn) > tol:
-        return (
-            "mismatch",
-            f"{old['metric_name']} recorded {qo:.4f}, re-run {qn:.4f}: |diff| {abs(qo - qn):.4f} > {tol:.4f} ({why})",
+            "match",
+            f"identical {name} {new.get('final_metric')!r}, bytes, curve and labels; times within {TIME_FACTOR:g}x",
+            [],
         )
     return (
         "within spread",
-        f"{old['metric_name']} recorded {qo:.4f}, re-run {qn:.4f}: |diff| {abs(qo - qn):.4f} <= {tol:.4f} ({why})",
+        f"{name} recorded {old.get('final_metric')}, re-run {new.get('final_metric')}: within {tol:.4f}; "
+        f"bytes within {BYTES_RTOL:.0%}; times within {TIME_FACTOR:g}x ({why})",
+        [],
     )
+
+
+def _time_ratio(old: dict[str, Any], new: dict[str, Any]) -> float | None:
+    with contextlib.suppress(Exception):
+        a, b = _modeled_now(old)["1Gbps"]["step_s"], _modeled_now(new)["1Gbps"]["step_s"]
+        return round(b / a, 3) if a and b else None
+    return None
 
 
 def check_cell(
     record: dict[str, Any],
     entry_dir: Path,
     entry_records: list[dict[str, Any]],
-    repo: Path,
-    trees: dict[str, Path],
+    trees: CodeTrees,
     time_limit_s: float,
     threads: int,
-) -> CellCheck:
-    """Re-run one record's cell with its recorded code and compare (never raises)."""
+    box: Containment,
+) -> tuple[CellCheck, dict[str, Any] | None]:
+    """Re-run one record's cell with the base branch's code at its commit and compare (never raises).
+    Returns the check and the re-run record (None when it did not run)."""
     prov = record.get("provenance") or {}
     commit = prov.get("git_commit") or ""
     check = CellCheck(
@@ -303,97 +718,174 @@ def check_cell(
         record["record_id"],
         "cannot verify",
         "",
-        commit=commit[:12],
+        commit=str(commit)[:12],
         recorded_metric=record.get("final_metric"),
         recorded_bytes=_bytes(record),
     )
+    new = None
     t0 = time.perf_counter()
     try:
-        with code_tree(commit, repo, trees) as tree:
-            new = _rerun(record, tree, commit, entry_dir, time_limit_s, threads)
+        full, tree = trees.tree(commit)
+        new = _rerun(record, tree, full, entry_dir, time_limit_s, threads, box)
         check.rerun_metric, check.rerun_bytes = new.get("final_metric"), _bytes(new)
         exact, why_not = _same_environment(record, new, prov.get("git_dirty") is False)
         if exact:
             check.mode = "exact"
-            check.status, check.detail = compare(record, new, exact=True)
+            check.status, check.detail, check.diffs = compare_all(record, new, exact=True)
         else:
             std, source = _spread(record, entry_records)
             check.mode = "spread"
-            check.status, check.detail = compare(
+            check.status, check.detail, check.diffs = compare_all(
                 record, new, exact=False, std=std, why=f"{source}; not exact: {why_not}"
             )
+        check.time_ratio = _time_ratio(record, new)
     except VerifyError as e:
         check.detail = str(e)
     except subprocess.TimeoutExpired:
         check.status, check.detail = "rerun failed", f"the re-run did not finish within {time_limit_s:g} s"
+    except Exception as e:  # noqa: BLE001 - one cell's surprise is that cell's verdict, not the whole run's
+        check.detail = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
     check.seconds = round(time.perf_counter() - t0, 1)
-    return check
+    return check, new
 
 
 # --------------------------------------------------------------------------- an entry
-def _file_hashes(entry_dir: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(entry_dir.glob("*.jsonl"))}
+def _status(checks: list[CellCheck]) -> str:
+    if any(c.status in ("mismatch", "rerun failed") for c in checks):
+        return "failed"
+    if checks and all(c.ok for c in checks):
+        return "verified"
+    return "not verified"
 
 
 def verify_entry(
     entry_dir: str | Path,
     *,
-    sample: int = 1,
-    seed: int = 0,
+    seed: int | None = None,
+    fraction: float = FRACTION,
+    base: str = "main",
     time_limit_s: float = 3600.0,
     threads: int = 1,
+    jobs: int = 1,
     write: bool = True,
-    progress=None,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Verify ``sample`` cells per task of one entry folder; write and return the verification report."""
-    from leaderboard.submissions import VERIFICATION_FILE, load_entry
+    """Verify a random sample of one entry folder's cells; write and return the verification report."""
+    from leaderboard.submissions import RERUN_FIELDS, RERUNS_FILE, VERIFICATION_FILE, entry_file_hashes, load_entry
 
     entry_dir = Path(entry_dir)
     records, problems = load_entry(entry_dir)
     if not records:
         raise VerifyError(f"{entry_dir}: no valid records to verify" + (f" ({problems[0]})" if problems else ""))
+    seed = secrets.randbits(63) if seed is None else seed
+    files_before = entry_file_hashes(entry_dir)
     repo = Path(_git(entry_dir.resolve(), "rev-parse", "--show-toplevel") or Path(__file__).resolve().parents[2])
-    trees: dict[str, Path] = {}
-    checks = []
+    trees = CodeTrees(repo, base)
+    home = Path(os.path.expanduser("~"))
+    from tasks.api import default_data_dir
+
+    box = containment(home, needed=(Path(sys.executable), repo, default_data_dir(), Path(tempfile.gettempdir())))
+    if progress and box.missing:
+        progress("containment missing here: " + "; ".join(box.missing))
+    sample = sample_records(records, seed, fraction)
+    results: list[tuple[CellCheck, dict[str, Any] | None]] = []
     try:
-        for rec in sample_records(records, sample, seed):
+        for rec in sample:  # extract each commit's tree once, before the cells run in parallel
+            with contextlib.suppress(VerifyError):
+                trees.tree((rec.get("provenance") or {}).get("git_commit"))
+
+        def one(rec: dict[str, Any]) -> tuple[CellCheck, dict[str, Any] | None]:
             if progress:
-                progress(
-                    f"re-running {rec['cell_id']} at {str((rec.get('provenance') or {}).get('git_commit'))[:12]} ..."
-                )
-            c = check_cell(rec, entry_dir, records, repo, trees, time_limit_s, threads)
-            checks.append(c)
+                progress(f"re-running {rec['cell_id']} ...")
+            c, new = check_cell(rec, entry_dir, records, trees, time_limit_s, threads, box)
             if progress:
                 progress(f"  {c.status}: {c.cell_id}: {c.detail} ({c.seconds:g} s)")
+            return c, new
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            results = list(pool.map(one, sample))
     finally:
-        for t in trees.values():
-            shutil.rmtree(t, ignore_errors=True)
-    if any(c.status in ("mismatch", "rerun failed") for c in checks):
-        status = "failed"
-    elif checks and all(c.ok for c in checks):
-        status = "verified"
-    else:
-        status = "not verified"
+        trees.close()
+    checks = [c for c, _ in results]
+    reruns = [
+        {"record_id": c.record_id, **{k: new[k] for k in RERUN_FIELDS if k in new}}
+        for c, new in results
+        if c.ok and new is not None
+    ]
+    reruns_text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in reruns)
+    if entry_file_hashes(entry_dir) != files_before:
+        raise VerifyError(f"{entry_dir}: the entry's files changed while it was being verified; run it again")
     report = {
-        "schema": "mpcbench.verification/1",
+        "schema": SCHEMA,
         "entry": entry_dir.name,
-        "status": status,
+        "status": _status(checks),
         "verified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "verifier_commit": _git(repo, "rev-parse", "HEAD"),
-        "sample_per_task": sample,
-        "files": _file_hashes(entry_dir),
+        "base": base,
+        "base_commit": trees.base_commit,
+        "seed": seed,
+        "sampling": inclusion_probabilities(records, fraction),
+        "containment": box.to_dict(),
+        "files": files_before,
+        "reruns_sha256": hashlib.sha256(reruns_text.encode()).hexdigest(),
         "cells": [asdict(c) for c in checks],
     }
     if write:
+        (entry_dir / RERUNS_FILE).write_text(reruns_text)
         (entry_dir / VERIFICATION_FILE).write_text(json.dumps(report, indent=1) + "\n")
     return report
 
 
+def reproducible_part(report: dict[str, Any]) -> dict[str, Any]:
+    """What two runs of the same verification (same seed, files and code) must agree on."""
+    return {
+        "schema": report.get("schema"),
+        "entry": report.get("entry"),
+        "status": report.get("status"),
+        "seed": report.get("seed"),
+        "files": report.get("files"),
+        "sampling": report.get("sampling"),
+        "cells": [(c.get("cell_id"), c.get("record_id"), c.get("status")) for c in report.get("cells") or []],
+    }
+
+
+def check_verification(entry_dir: str | Path, **kw: Any) -> list[str]:
+    """Re-run the committed ``verification.json`` of an entry with its own seed; the differences
+    (empty: it is what the maintainers' check gives). The CI check on the base branch."""
+    from leaderboard.submissions import VERIFICATION_FILE
+
+    path = Path(entry_dir) / VERIFICATION_FILE
+    try:
+        committed = json.loads(path.read_text())
+        seed = committed["seed"]
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise TypeError("seed is not an integer")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return [f"{path}: not a verification this command wrote ({type(e).__name__}: {e})"]
+    fraction = (committed.get("sampling") or {}).get("fraction_of_rest", FRACTION)
+    ours = verify_entry(entry_dir, seed=seed, fraction=fraction, write=False, **kw)
+    a, b = reproducible_part(committed), reproducible_part(ours)
+    return [
+        f"{path}: {k} differs from a re-run of the check: committed {_short(a[k])}, ours {_short(b[k])}"
+        for k in a
+        if a[k] != b[k]
+    ]
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("verify", help="re-run sampled cells of a records/<entry> folder and compare with its records")
+    p = sub.add_parser("verify", help="re-run a random sample of a records/<entry> folder's cells and compare")
     p.add_argument("entry", nargs="+", help="entry folder(s), e.g. records/mpcbench-baselines")
-    p.add_argument("--sample", type=int, default=1, help="cells re-run per task (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="which cells are sampled (default 0)")
+    p.add_argument(
+        "--seed", type=int, default=None, help="the sample's seed (default: a fresh random one, stored in the output)"
+    )
+    p.add_argument(
+        "--fraction",
+        type=float,
+        default=FRACTION,
+        help=f"share of the cells beyond one per setup that is re-run (default {FRACTION})",
+    )
+    p.add_argument("--base", default="main", help="base branch: record commits must be on its first-parent history")
+    p.add_argument("--jobs", type=int, default=1, help="re-runs at a time (default 1)")
     p.add_argument(
         "--cell-timeout", type=float, default=3600.0, help="time limit of one re-run in seconds (default 3600)"
     )
@@ -401,6 +893,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--threads", type=int, default=1, help="torch threads per re-run (default 1, as the baselines were run)"
     )
     p.add_argument("--no-write", action="store_true", help="do not write <entry>/verification.json")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="re-run the committed verification.json with its seed; fail if the result differs (the CI check)",
+    )
     p.set_defaults(func=cmd_verify)
 
 
@@ -409,24 +906,38 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     from .options import check_cell_timeout
 
-    if not 1 <= args.sample <= 100:
-        raise VerifyError(f"--sample must be in [1, 100], got {args.sample}")
+    if not 0.0 <= args.fraction <= 1.0:
+        raise VerifyError(f"--fraction must be in [0, 1], got {args.fraction}")
     if not 1 <= args.threads <= 256:
         raise VerifyError(f"--threads must be in [1, 256], got {args.threads}")
+    if not 1 <= args.jobs <= 64:
+        raise VerifyError(f"--jobs must be in [1, 64], got {args.jobs}")
     check_cell_timeout(args.cell_timeout, "--cell-timeout")
+    kw = dict(base=args.base, time_limit_s=args.cell_timeout, threads=args.threads, jobs=args.jobs)
+    say = lambda m: print(plain(m), file=sys.stderr, flush=True)  # noqa: E731
     worst = 0
     for entry in args.entry:
+        if args.check:
+            diffs = check_verification(entry, progress=say, **kw)
+            for d in diffs:
+                print(plain(d))
+            print(plain(f"{entry}: verification.json {'differs from' if diffs else 'equals'} a re-run of the check"))
+            worst = max(worst, 1 if diffs else 0)
+            continue
         report = verify_entry(
-            entry,
-            sample=args.sample,
-            seed=args.seed,
-            time_limit_s=args.cell_timeout,
-            threads=args.threads,
-            write=not args.no_write,
-            progress=lambda m: print(plain(m), file=sys.stderr, flush=True),
+            entry, seed=args.seed, fraction=args.fraction, write=not args.no_write, progress=say, **kw
         )
         n_ok = sum(1 for c in report["cells"] if c["status"] in ("match", "within spread"))
-        print(plain(f"{entry}: {report['status']} ({n_ok} of {len(report['cells'])} re-run cells agree)"))
+        s = report["sampling"]
+        print(
+            plain(
+                f"{entry}: {report['status']} ({n_ok} of {len(report['cells'])} re-run cells agree; "
+                f"k = {s['sampled']} of {s['cells']} cells, {s['setups']} setups, seed {report['seed']}; "
+                f"a single forged cell is re-run with probability >= {s['p_min']})"
+            )
+        )
+        if report["containment"]["missing"]:
+            print(plain(f"{entry}: containment missing: " + "; ".join(report["containment"]["missing"])))
         worst = max(worst, {"verified": 0, "not verified": 1, "failed": 1}[report["status"]])
     return worst
 
