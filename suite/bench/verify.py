@@ -312,7 +312,7 @@ def containment(hide: Path | None = None, needed: tuple[Path, ...] = ()) -> Cont
             check=False,
         )
         if probe.returncode != 0:
-            why = f"unshare failed: {(probe.stderr.strip().splitlines() or ['exit %d' % probe.returncode])[-1][:120]}"
+            why = f"unshare failed: {(probe.stderr.strip().splitlines() or [f'exit {probe.returncode}'])[-1][:120]}"
     if why:
         missing += [f"network namespace: {why}", f"PID namespace: {why}", f"hidden home folder: {why}"]
         return Containment((), tuple(layers), tuple(missing))

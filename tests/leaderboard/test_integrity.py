@@ -8,7 +8,6 @@ with one line naming it while every other entry still loads. Each failed on the 
 from __future__ import annotations
 
 import json
-import os
 import tracemalloc
 from pathlib import Path
 
