@@ -656,9 +656,10 @@ def _load_entry(
         if budget.stopped:
             break
         records += _load_jsonl(f, attach, budget, seen, str(f), plugin_hash=plugin_hash)
-    for r in records:  # a verified record's times are its re-run's, not what the record says
-        if r["record_id"] in reruns:
-            r.update(reruns[r["record_id"]])
+    for r in records:  # a verified record's times are its re-run's, unless the re-run ran on a contended machine
+        rerun = reruns.get(r["record_id"])
+        if rerun is not None and not ((rerun.get("timing_inputs") or {}).get("measurement") or {}).get("contended"):
+            r.update(rerun)
             r["times_from"] = "verification re-run"
     return records, problems
 

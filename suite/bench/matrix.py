@@ -75,6 +75,13 @@ def _spec_names(spec: str) -> set[str]:
     return spec_names(parse_spec(spec))
 
 
+def _submitted(names: set[str]) -> bool:
+    """Whether any of these registered compressors comes from a plugin (not ``compressors.*``)."""
+    from compressors.registry import get_class
+
+    return any(not get_class(n).__module__.startswith("compressors.") for n in names)
+
+
 def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell]:
     """Expand a selection into cells, validating everything first (raises :class:`MatrixError`)."""
     from compressors.registry import available, plugin_errors
@@ -82,8 +89,8 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
 
     matrix = matrix or load_matrix(sel.matrix_path)
     tier = matrix.tier(sel.tier)
-    if sel.mode not in MODES:
-        raise MatrixError(f"unknown mode {sel.mode!r}; valid modes: {', '.join(MODES)}")
+    if sel.mode not in ("auto", *MODES):
+        raise MatrixError(f"unknown mode {sel.mode!r}; valid modes: auto, {', '.join(MODES)}")
     if sel.cell_timeout_s is not None:
         check_cell_timeout(sel.cell_timeout_s, "--cell-timeout")  # also for a Selection built by hand
     plugins = Plugins.load(sel.plugins)
@@ -164,7 +171,10 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
             multi = (
                 int(settings.get("dp", 1) or 1) > 1 or int(settings.get("nnodes", 1) or 1) > 1 or settings.get("link")
             )
-            mode = "torchrun" if multi else sel.mode
+            # a submitted compressor's two ends run in separate processes unless a mode was asked for:
+            # in one process the receiver could reach the sender's objects (docs/reliability.md)
+            mode = "torchrun" if multi or (sel.mode == "auto" and _submitted(names & known)) else sel.mode
+            mode = "single" if mode == "auto" else mode
             for seed in seeds:
                 cfg = CellConfig(
                     task=task,

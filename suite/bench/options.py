@@ -80,7 +80,7 @@ def _schedules() -> tuple[str, ...]:
 def _modes() -> tuple[str, ...]:
     from suite.pipeline.config import MODES
 
-    return MODES
+    return ("auto", *MODES)
 
 
 def _devices() -> tuple[str, ...]:
@@ -215,9 +215,11 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option(
         "--mode",
         "mode",
-        default="single",
+        default="auto",
         choices=MODE_CHOICES,
-        help="%(choices)s: one process, or one per stage (and replica) via torchrun (default single)",
+        help="%(choices)s: one process, or one per stage (and replica) via torchrun; auto (default): torchrun "
+        "for cells whose plan uses a submitted (non built-in) compressor, so its receiving end sees only the "
+        "payload, else single",
     ),
     Option(
         "--device",

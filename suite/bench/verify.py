@@ -605,9 +605,8 @@ class _Diffs:
 
 
 def _overload(record: dict[str, Any]) -> float:
-    """How many runnable processes shared each core when the run started (>= 1): measured wall-clock
-    times are compared within :data:`TIME_FACTOR` times this of both runs. The modeled times come
-    from per-action CPU time and keep the plain factor."""
+    """How many runnable processes shared each core when the run started (>= 1, the 1-minute load
+    average per core): times are compared within :data:`TIME_FACTOR` times this of both runs."""
     prov = record.get("provenance") or {}
     try:
         load = float((prov.get("load") or {}).get("load_avg")[0])
@@ -649,7 +648,8 @@ def field_diffs(old: dict[str, Any], new: dict[str, Any], *, exact: bool, tol: f
         for k in TIMING_BYTES:
             d.same(f"timing_inputs.{k}", to.get(k), tn.get(k))
     ot, nt = old.get("time") or {}, new.get("time") or {}
-    wall = TIME_FACTOR * _overload(old) * _overload(new)  # wall-clock follows the machine's load
+    # time follows the machine's load (even per-thread CPU time: shared caches and cores): the factor grows with it
+    wall = TIME_FACTOR * _overload(old) * _overload(new)
     for k in MEASURED_TIMES:
         d.time(f"time.{k}", ot.get(k), nt.get(k), wall)
     try:
@@ -659,7 +659,7 @@ def field_diffs(old: dict[str, Any], new: dict[str, Any], *, exact: bool, tol: f
         return d.out
     for prof in sorted(set(mo) | set(mn)):
         for k in ("step_s", "total_s", "time_to_target_s"):
-            d.time(f"modeled {prof} {k}", (mo.get(prof) or {}).get(k), (mn.get(prof) or {}).get(k))
+            d.time(f"modeled {prof} {k}", (mo.get(prof) or {}).get(k), (mn.get(prof) or {}).get(k), wall)
     from suite.results.network import MODEL_VERSION
 
     if old.get("model_version") == MODEL_VERSION:  # older versions are re-modeled by the board anyway

@@ -46,7 +46,7 @@ from compressors.spec import Spec
 
 from .accounting import boundary_key
 from .timing import Clock
-from .transport import Transport
+from .transport import Transport, not_plain_tensor
 
 __all__ = [
     "Micro",
@@ -121,6 +121,8 @@ def _check_payload(payload: object, comp: Compressor, info: TensorInfo) -> Paylo
             got += " containing " + ", ".join(sorted({type(t).__name__ for t in payload if not isinstance(t, Tensor)}))
         raise CompressorError(f"{comp.spec or comp.name}: compress must return a tuple of tensors, got {got} {where}")
     for i, t in enumerate(payload):
+        if why := not_plain_tensor(t):
+            raise CompressorError(f"{comp.spec or comp.name}: compress returned payload tensor {i} that {why} {where}")
         if not _same_device(t, info.device):
             raise CompressorError(
                 f"{comp.spec or comp.name}: compress returned payload tensor {i} on device {t.device}, "

@@ -47,6 +47,7 @@ from compressors.api import Payload
 from .accounting import ByteMeter
 
 __all__ = [
+    "not_plain_tensor",
     "TransportError",
     "Transport",
     "LocalTransport",
@@ -84,6 +85,18 @@ _INT32_MAX = 2**31 - 1
 
 class TransportError(RuntimeError):
     """A message could not be framed, sent or received (the message names the link)."""
+
+
+def not_plain_tensor(t: object) -> str:
+    """Why ``t`` may not cross a boundary ("" if it may): only an exact ``torch.Tensor`` with no
+    attributes of its own is a payload. A subclass or an attribute carries Python state past the
+    byte count (in one process the receiver would see the sender's objects: a side channel)."""
+    if type(t) is not Tensor:
+        return f"is a {type(t).__module__}.{type(t).__qualname__}, not exactly torch.Tensor (no subclasses)"
+    extra = getattr(t, "__dict__", None)
+    if extra:
+        return f"carries attributes {sorted(map(str, extra))[:3]}: a payload is plain tensor data"
+    return ""
 
 
 def _describe(dtype: torch.dtype, shape: Sequence[int]) -> list[int]:
@@ -206,6 +219,9 @@ class Transport:
         Returns the wire bytes."""
         if not isinstance(payload, tuple) or not all(isinstance(t, Tensor) for t in payload):
             raise TransportError(f"a payload must be a tuple of tensors, got {type(payload).__name__}")
+        for i, t in enumerate(payload):
+            if why := not_plain_tensor(t):
+                raise TransportError(f"{key}: payload tensor {i} {why}")
         layout = layout_of(payload, shape, dtype) if stream is not None else None
         known = self._sent_layouts.get((dst, stream)) if stream is not None else None
         if known is None or layout is None:

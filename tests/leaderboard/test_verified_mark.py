@@ -146,3 +146,17 @@ def test_ordinary_names_are_not_flagged(tmp_path, lb):
     lb.write_entry(tmp_path, "topk-paper", [lb.make_record("cifar10", "fp16", 0)], name="TopK on mpcbench")
     records, problems = load_entries(tmp_path)
     assert not problems and "lookalike" not in records[0]["entry_info"]
+
+
+def test_a_contended_reruns_times_are_not_shown(tmp_path, lb):
+    """A re-run on a loaded machine is no better estimate of time than the record: its times stay unused."""
+    rec = lb.make_record("cifar10", "fp16", 0)
+    d = lb.write_entry(tmp_path, "e", [rec])
+    rerun = {"record_id": rec["record_id"], "wall_s": 77.0, "timing_inputs": {"measurement": {"contended": True}}}
+    _report(
+        d,
+        reruns=json.dumps(rerun) + "\n",
+        cells=[{"cell_id": rec["cell_id"], "record_id": rec["record_id"], "status": "within spread"}],
+    )
+    [r], _ = load_entries(tmp_path)
+    assert r["entry_info"]["verification"] == "verified" and r["wall_s"] == rec["wall_s"] and "times_from" not in r

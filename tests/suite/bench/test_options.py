@@ -99,7 +99,7 @@ def test_choices_are_read_from_their_registry_on_first_use():
     assert "a" in lazy and list(lazy) == ["a", "b"] and calls == [1]
     by_flag = {o.flag: o for o in RUN_OPTIONS}
     assert tuple(by_flag["--schedule"].choices) == tuple(SCHEDULES) == ("gpipe", "1f1b", "interleaved_1f1b")
-    assert tuple(by_flag["--mode"].choices) == MODES
+    assert tuple(by_flag["--mode"].choices) == ("auto", *MODES)  # auto: torchrun for submitted compressors
     assert tuple(by_flag["--device"].choices) == DEVICES
 
 
