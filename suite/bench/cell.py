@@ -367,7 +367,13 @@ def child_entry(argv: list[str]) -> int:
     args = ap.parse_args(argv[1:] if argv and argv[0] == "suite.bench.cell" else argv)
     if args.parent:
         _watch_parent(args.parent)
-    return execute(args.config, args.out, args.runtime)
+    from .forkserver import become_subreaper, kill_adopted
+
+    become_subreaper()  # a plugin's double-forked daemon becomes our child: nothing it starts outlives the cell
+    try:
+        return execute(args.config, args.out, args.runtime)
+    finally:
+        kill_adopted()
 
 
 if __name__ == "__main__":

@@ -264,6 +264,50 @@ def _send(msg: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def become_subreaper() -> bool:
+    """Make orphaned descendants (a plugin's double-forked daemon) our children instead of init's,
+    so that :func:`kill_adopted` can end them (Linux ``PR_SET_CHILD_SUBREAPER``; False elsewhere)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _children_of(pid: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat", "rb") as f:
+                    stat = f.read()
+                if int(stat[stat.rindex(b")") + 2 :].split()[1]) == pid:
+                    out.append(int(d))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def kill_adopted(keep: frozenset[int] | set[int] = frozenset()) -> int:
+    """SIGKILL and reap our children other than ``keep`` (as a subreaper: whatever a cell started
+    and left behind), again while more arrive; the number killed."""
+    n = 0
+    for _ in range(50):
+        pids = [p for p in _children_of(os.getpid()) if p not in keep]
+        if not pids:
+            break
+        for p in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, signal.SIGKILL)
+        n += len(pids)
+        time.sleep(0.02)
+        for p in pids:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(p, os.WNOHANG)
+    return n
+
+
 def _kill_children(children: set[int]) -> None:
     for pid in children:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -338,8 +382,10 @@ def serve(runner: int, extra: tuple[str, ...] = ()) -> None:
             importlib.import_module(name)
     from suite.bench.cell import child_entry  # the same code path a spawned cell runs
 
+    become_subreaper()  # a cell killed on timeout leaves its daemons to us, not to init
     _send({"ready": os.getpid()})
     children: set[int] = set()
+    swept = time.monotonic()
     stdin = sys.stdin
     try:
         while True:
@@ -351,8 +397,13 @@ def serve(runner: int, extra: tuple[str, ...] = ()) -> None:
                     break
                 if pid == 0:
                     break
-                children.discard(pid)
-                _send({"exited": pid, "status": os.waitstatus_to_exitcode(status)})
+                if pid in children:
+                    children.discard(pid)
+                    _send({"exited": pid, "status": os.waitstatus_to_exitcode(status)})
+                    kill_adopted(keep=children)  # what that cell left behind
+            if time.monotonic() - swept > 5.0:
+                swept = time.monotonic()
+                kill_adopted(keep=children)
             if not _alive(runner):
                 break
             if not ready:

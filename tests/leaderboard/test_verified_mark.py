@@ -160,3 +160,18 @@ def test_a_contended_reruns_times_are_not_shown(tmp_path, lb):
     )
     [r], _ = load_entries(tmp_path)
     assert r["entry_info"]["verification"] == "verified" and r["wall_s"] == rec["wall_s"] and "times_from" not in r
+
+
+def test_ci_keeps_verification_files_to_the_maintainers_check():
+    """The hosting half of item 4 (docs/leaderboard.md, "Who writes verification.json"): a submitter's pull
+    request may not touch the files, CI re-runs `verify --check` on any change to them, and CODEOWNERS
+    gives them to the maintainers."""
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    ci = yaml.safe_load((root / ".github" / "workflows" / "ci.yml").read_text())
+    steps = " ".join(str(s.get("run", "")) for job in ci["jobs"].values() for s in job.get("steps", []))
+    assert "verify" in steps and "--check" in steps and "--base" in steps
+    assert "verification.reruns" in steps and "must not add or edit its verification files" in steps
+    owners = (root / ".github" / "CODEOWNERS").read_text()
+    assert "/records/*/verification.json" in owners and "/records/*/verification.reruns" in owners
