@@ -135,11 +135,22 @@ _LIVE_LOCK = threading.Lock()
 
 def kill_running() -> None:
     """Kill every cell process this runner has running (the parallel executors call it on Ctrl-C:
-    their worker threads cannot receive KeyboardInterrupt themselves)."""
+    their worker threads cannot receive KeyboardInterrupt themselves). Signals only: the thread
+    running each cell is the one waiting for its exit (a second waiter would steal it); SIGTERM,
+    then SIGKILL for the groups still there after the grace period."""
     with _LIVE_LOCK:
         children = list(_LIVE)
-    for child in children:
-        _kill_group(child)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for child in children:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, sig)
+        deadline = time.monotonic() + KILL_GRACE_S
+        while time.monotonic() < deadline:
+            with _LIVE_LOCK:
+                children = [c for c in children if c in _LIVE]
+            if not children:
+                return
+            time.sleep(0.05)
 
 
 def run_cell(

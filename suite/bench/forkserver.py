@@ -190,13 +190,23 @@ _VOLATILE_ENV = ("PYTEST_CURRENT_TEST", "PYTEST_DEBUG_TEMPROOT", "PY_COLORS")
 
 # a pinned cell's threads and GPUs (suite.bench.resources.Slot.env): applied by the child itself
 # (torch.set_num_threads; CUDA reads CUDA_VISIBLE_DEVICES at its first call, in the child), so
-# cells of different slots fork from one server
+# cells of every slot fork from one server
 _PINNING_ENV = ("MPCBENCH_CELL_RESOURCES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
 
 
 def _env_key(env: dict[str, str]) -> dict[str, str]:
-    pinned = "MPCBENCH_CELL_RESOURCES" in env
-    return {k: v for k, v in env.items() if k not in _VOLATILE_ENV and not (pinned and k in _PINNING_ENV)}
+    return {k: v for k, v in env.items() if k not in _VOLATILE_ENV and k not in _PINNING_ENV}
+
+
+def _serves(server_env: dict[str, str], env: dict[str, str]) -> bool:
+    """Whether a server started with ``server_env`` can fork a cell that wants ``env``: the same
+    variables, except that a pinned cell sets its own threads and GPUs, while an unpinned one
+    inherits the thread count the server's torch read at import (OMP_NUM_THREADS, MKL_NUM_THREADS)."""
+    if _env_key(server_env) != _env_key(env):
+        return False
+    if "MPCBENCH_CELL_RESOURCES" in env:
+        return True
+    return all(server_env.get(k) == env.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"))
 
 
 def cell_environment() -> dict[str, str]:
@@ -214,7 +224,7 @@ def get_server(env: dict[str, str], preload: tuple[str, ...] = ()) -> ForkServer
     ``preload``: modules a new server imports before it reports ready (built-ins only)."""
     global _SERVER
     with _SERVER_LOCK:
-        if _SERVER is not None and (not _SERVER.alive or _env_key(_SERVER.env) != _env_key(env)):
+        if _SERVER is not None and (not _SERVER.alive or not _serves(_SERVER.env, env)):
             _SERVER.close()
             _SERVER = None
         if _SERVER is None:

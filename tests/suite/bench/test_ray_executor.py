@@ -9,8 +9,6 @@ its quality and bytes equal a serial run's.
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -19,7 +17,7 @@ import pytest
 from suite.bench.executors import SerialExecutor
 from suite.bench.matrix import PlannedCell
 from suite.bench.runner import run_cells
-from suite.bench.store import ResultsStore
+from suite.bench.store import ResultsStore, read_jsonl
 
 ray = pytest.importorskip("ray", reason="the Ray executor's test needs ray (pip install -e '.[ray]')")
 
@@ -53,4 +51,4 @@ def test_ray_run_survives_a_killed_worker_and_stores_each_cell_once(tiny_cell, t
     assert {r["cell_key"]: (r["final_metric"], r["bytes"]) for r in records} == want
     res = records[0]["provenance"]["resources"]
     assert (res["executor"], res["cpu_threads"], res["torch_threads"], res["jobs"]) == ("ray", 1, 1, 2)
-    assert subprocess.run([sys.executable, "-m", "suite", "validate", str(store.path)]).returncode == 0
+    assert read_jsonl(store.path)[1] == []  # what mpcbench validate checks in a store
