@@ -180,3 +180,12 @@ def test_bad_executor_arguments_are_one_line_usage_errors():
     with pytest.raises(ValueError, match="at least 1"):
         make_executor("local", 0)
     assert isinstance(make_executor("local", 1), SerialExecutor)
+
+
+def test_run_refuses_bad_executor_options_before_planning(capsys):
+    from suite.bench.cli import main
+
+    assert main(["run", "--tier", "smoke", "-j", "0"]) == 2
+    assert "at least 1" in capsys.readouterr().err
+    assert main(["run", "--tier", "smoke", "--address", "auto"]) == 2
+    assert "--executor ray" in capsys.readouterr().err
