@@ -55,6 +55,10 @@ class TensorRole(str, enum.Enum):
     ACTIVATION = "activation"  # forward, stage i -> stage i+1
     ACTIVATION_GRAD = "activation_grad"  # backward, stage i+1 -> stage i
     WEIGHT_GRAD = "weight_grad"  # data-parallel gradient reduction (one DDP bucket)
+    # tensor parallelism: one rank's contribution to the all-reduce after a row-parallel layer
+    # (forward) and before a column-parallel one (backward), inside a transformer block
+    TP_ACTIVATION = "tp_activation"
+    TP_ACTIVATION_GRAD = "tp_activation_grad"
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,7 +68,8 @@ class TensorInfo:
     Attributes:
         role: activation, activation gradient or weight gradient.
         boundary: pipeline boundary index (0 = between stage 0 and 1); for weight
-            gradients, the DDP bucket index.
+            gradients, the DDP bucket index; for tensor-parallel roles, the reduction's
+            index within the stage (2 per block: attention, MLP).
         microbatch: micro-batch index within the step (0 for weight gradients).
         step: optimizer step, counted from 0. Negative for evaluation passes.
         shape, dtype, device: of the uncompressed tensor (the receiver gets these too).

@@ -53,7 +53,8 @@ class LinearAutoencoder(Compressor):
         seed: seed of the (identical) initialization of both sides.
     """
 
-    roles = frozenset({TensorRole.ACTIVATION})  # a learned code needs the loss's training signal
+    # a learned code needs the loss's training signal: activations, at pipeline boundaries and in TP reductions
+    roles = frozenset({TensorRole.ACTIVATION, TensorRole.TP_ACTIVATION})
     differentiable = True
 
     def __init__(self, ratio: float = 0.125, dim: int | None = None, seed: int = 0) -> None:

@@ -6,6 +6,8 @@ the tensors they hand to ``torch.distributed`` (or, in single-process mode, woul
 for. Compressors are never asked. Keys name the link:
 
     b{i}.forward / b{i}.backward      pipeline boundary i (between stage i and i+1)
+    tp.s{s}.r{i}.forward / .backward  tensor-parallel reduction i of stage s (bytes every TP rank
+                                      sends its peers: ``suite.pipeline.tensor_parallel``)
     dp.s{s}.allreduce / dp.s{s}.allgather
                                       data-parallel reduction of stage s's gradients
                                       (bytes one replica contributes to the collective)
@@ -38,11 +40,13 @@ def dp_key(stage: int, kind: str) -> str:
 
 
 def direction_of(key: str) -> str:
-    """``forward`` / ``backward`` / ``dp`` / ``eval`` for a meter key."""
+    """``forward`` / ``backward`` / ``dp`` / ``tp_forward`` / ``tp_backward`` / ``eval`` for a meter key."""
     if key.startswith("eval."):
         return "eval"
     if key.startswith("dp."):
         return "dp"
+    if key.startswith("tp."):
+        return "tp_" + key.rsplit(".", 1)[1]
     return key.rsplit(".", 1)[1]
 
 
@@ -96,8 +100,12 @@ class ByteMeter:
         return out
 
     def by_direction(self) -> dict[str, ByteCounts]:
-        """forward / backward / dp totals (always present; eval excluded)."""
-        return {d: self.totals(lambda k, d=d: direction_of(k) == d) for d in ("forward", "backward", "dp")}
+        """forward / backward / dp totals (always present), tp_forward / tp_backward (when a
+        tensor-parallel run sent any); eval excluded."""
+        out = {d: self.totals(lambda k, d=d: direction_of(k) == d) for d in ("forward", "backward", "dp")}
+        if any(k.startswith("tp.") for k in self.keys()):
+            out.update({d: self.totals(lambda k, d=d: direction_of(k) == d) for d in ("tp_forward", "tp_backward")})
+        return out
 
     def by_boundary(self) -> dict[str, ByteCounts]:
         """``b{i}.forward`` / ``b{i}.backward`` totals."""

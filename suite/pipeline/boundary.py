@@ -179,8 +179,14 @@ class _End:
         seed: int,
         clock: Clock,
         check_consistency: bool = False,
+        fanout: tuple[int, ...] | None = (),
     ) -> None:
         self.boundary = boundary
+        # Tensor parallelism: every TP rank of a stage holds the replicated boundary tensor; TP rank 0
+        # sends it, to the peer (TP rank 0 of the other stage) and to ``fanout`` (that stage's other TP
+        # ranks), and the other TP ranks only receive (``fanout`` None: this end sends nothing).
+        self.sends = fanout is not None
+        self.fanout = fanout or ()
         self.fwd = build(forward_spec)
         self.bwd = build(backward_spec)
         self.plain_fwd, self.plain_bwd = NoCompression(), NoCompression()  # warm-up / uncompressed eval
@@ -262,6 +268,8 @@ class _End:
     def _send(
         self, payload: Payload, direction: str, shape, dtype, raw_shape=None, raw_dtype=None, stream=None
     ) -> None:
+        if not self.sends:
+            return
         with self.clock.section("comm"):
             self.transport.send(
                 payload,
@@ -271,6 +279,7 @@ class _End:
                 dtype=dtype,
                 raw_nbytes=math.prod(raw_shape if raw_shape is not None else shape) * (raw_dtype or dtype).itemsize,
                 stream=stream,
+                fanout=self.fanout,
             )
 
     def _recv(self, stream: Hashable | None = None) -> tuple[Payload, torch.Size, torch.dtype]:
@@ -352,6 +361,8 @@ class ReceiverEnd(_End):
         else:
             g = grads[0].contiguous()  # a channels_last activation's gradient is channels_last too
         comp = self.bwd if micro.compressed else self.plain_bwd
+        if not self.sends:  # a tensor-parallel rank > 0: its TP rank 0 sends the (identical) gradient
+            return
         info = self.info(TensorRole.ACTIVATION_GRAD, micro, g.shape, g.dtype)
         with self.clock.section("compress"), torch.no_grad():
             payload = _check_payload(comp.compress(g, info), comp, info)

@@ -45,6 +45,9 @@ class CellConfig:
         plan: compressors per direction / boundary.
         stages: pipeline stages (None: the task's default).
         dp: data-parallel replicas (pipeline ranks x dp processes in torchrun mode).
+        tp: tensor-parallel ranks per stage (Megatron-style, ``suite.pipeline.tensor_parallel``); the
+            job runs tp x pipeline ranks x dp processes under torchrun, and simulates the tp ranks of
+            every stage in one process in single mode (same bytes).
         schedule: a name in ``suite.schedules.SCHEDULES`` (``gpipe``, ``1f1b``, ``interleaved_1f1b``).
         microbatches: M (None: the tier's default).
         compress_warmup_steps: the first N steps send uncompressed.
@@ -73,6 +76,7 @@ class CellConfig:
     plan: CompressionPlan = field(default_factory=CompressionPlan)
     stages: int | None = None
     dp: int = 1
+    tp: int = 1
     schedule: str = DEFAULT_SCHEDULE
     microbatches: int | None = None
     compress_warmup_steps: int = 0
@@ -93,7 +97,7 @@ class CellConfig:
     # fields that do not change what is measured: excluded from the cell key
     _NON_IDENTITY = ("data_dir", "time_limit_s", "comm_timeout_s", "check_consistency", "node_rank", "rdzv_endpoint")
     # fields left out of the identity at their default, so older records keep their keys
-    _IDENTITY_IF_SET = {"nnodes": 1, "link": None}
+    _IDENTITY_IF_SET = {"nnodes": 1, "link": None, "tp": 1}
 
     def resolve(self) -> tuple[CellConfig, ResolvedPlan]:
         """Check every field and resolve the plan once (:func:`suite.pipeline.plan.resolve_plan`).
@@ -134,6 +138,7 @@ class CellConfig:
             )
         for name, v, lo in (
             ("dp", self.dp, 1),
+            ("tp", self.tp, 1),
             ("seed", self.seed, 0),
             ("compress_warmup_steps", self.compress_warmup_steps, 0),
         ):
@@ -159,7 +164,7 @@ class CellConfig:
                 f"dp={self.dp} needs mode=torchrun (one process per stage and replica); single mode runs dp=1"
             )
         nnodes = self._check_hosts(n)
-        resolved = resolve_plan(self.plan, cls, n, self.dp)
+        resolved = resolve_plan(self.plan, cls, n, self.dp, self.tp)
         return replace(self, plan=resolved.plan, nnodes=nnodes), resolved
 
     def validate(self) -> CellConfig:
@@ -175,7 +180,7 @@ class CellConfig:
     def _check_hosts(self, n_stages: int) -> int:
         """Validate nnodes / node_rank / rdzv_endpoint / link; return nnodes (one per process with a link and no
         nnodes given)."""
-        nproc = pipeline_ranks(self.schedule, n_stages) * self.dp
+        nproc = pipeline_ranks(self.schedule, n_stages) * self.dp * self.tp
         nnodes = self.nnodes
         for name, v, lo in (("nnodes", nnodes, 1), ("node_rank", self.node_rank, 0)):
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
@@ -195,7 +200,7 @@ class CellConfig:
                 )
             if nproc % nnodes:
                 raise ConfigError(
-                    f"nnodes={nnodes} must divide the job's {nproc} processes (pipeline ranks x dp; spread evenly over hosts)"
+                    f"nnodes={nnodes} must divide the job's {nproc} processes (tp x pipeline ranks x dp; spread evenly over hosts)"
                 )
         if self.node_rank >= nnodes:
             raise ConfigError(f"node_rank={self.node_rank} must be < nnodes={nnodes}")
@@ -205,6 +210,11 @@ class CellConfig:
                     f"nnodes={nnodes} on real hosts needs rdzv_endpoint=HOST:PORT (node 0's address), got {self.rdzv_endpoint!r}"
                 )
         return nnodes
+
+    @property
+    def n_procs(self) -> int:
+        """Processes of the torchrun job: tp x pipeline ranks x dp (``suite.pipeline.placement``)."""
+        return pipeline_ranks(self.schedule, self.n_stages) * self.dp * self.tp
 
     @property
     def n_stages(self) -> int:

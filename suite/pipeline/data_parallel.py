@@ -71,13 +71,15 @@ __all__ = ["make_dp_groups", "CompressedReduce", "DDPSync", "wrap_stage"]
 
 
 def make_dp_groups(placement: Placement, backend: str | None = None) -> dict[int, Any]:
-    """Stage -> the process group of its dp replicas: one group per pipeline rank, created in
-    the same order on every rank (every rank must call this)."""
-    groups = [
-        dist.new_group([placement.address(p, d) for d in range(placement.dp_size)], backend=backend)
+    """Stage -> the process group of its dp replicas: one group per (pipeline rank, tensor-parallel
+    rank), created in the same order on every rank (every rank must call this); this process's
+    tensor-parallel rank picks its own."""
+    groups = {
+        (p, t): dist.new_group([placement.address(p, d, t) for d in range(placement.dp_size)], backend=backend)
         for p in range(placement.n_ranks)
-    ]
-    return {s: groups[placement.pp_rank(s)] for s in range(placement.n_stages)}
+        for t in range(placement.tp_size)
+    }
+    return {s: groups[(placement.pp_rank(s), placement.tp_rank)] for s in range(placement.n_stages)}
 
 
 class _Sequencer:

@@ -60,7 +60,7 @@ def launch_emulated(config: CellConfig, keep_dir: bool = False) -> RunResult:
         raise RunError(problem)
     link = parse_link(str(config.link))
     n = config.nnodes
-    nproc = pipeline_ranks(config.schedule, config.n_stages) * config.dp // n
+    nproc = config.n_procs // n
     root = Path(tempfile.mkdtemp(prefix="mpcbench-hosts-"))
     with _sigterm_as_exception(), EmulatedHosts(n, link) as hosts:
         endpoint = f"{hosts.address(0)}:{RDZV_PORT}"

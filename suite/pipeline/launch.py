@@ -149,7 +149,7 @@ def launch(config: CellConfig, keep_dir: bool = False) -> RunResult:
         from .emulation import launch_emulated
 
         return launch_emulated(config, keep_dir=keep_dir)
-    nproc = pipeline_ranks(config.schedule, config.n_stages) * config.dp // config.nnodes
+    nproc = config.n_procs // config.nnodes
     run_dir = Path(tempfile.mkdtemp(prefix="mpcbench-run-"))
     multi = config.nnodes > 1
     cmd = torchrun_command(
@@ -180,7 +180,7 @@ def run_agents(
     killed before returning."""
     limit = config.time_limit_s or DEFAULT_TIME_LIMIT_S
     grace = min(FAILURE_GRACE_S, config.comm_timeout_s) if grace_s is None else grace_s
-    nproc = pipeline_ranks(config.schedule, config.n_stages) * config.dp
+    nproc = config.n_procs
     ok = False
     logs = []
     try:

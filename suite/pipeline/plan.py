@@ -25,14 +25,24 @@ from .errors import ConfigError
 
 __all__ = ["Direction", "DIRECTIONS", "ROLE_OF_DIRECTION", "CompressionPlan", "ResolvedPlan", "resolve_plan"]
 
-Direction = Literal["forward", "backward", "dp"]
-DIRECTIONS: tuple[str, ...] = ("forward", "backward", "dp")
+Direction = Literal["forward", "backward", "dp", "tp_forward", "tp_backward"]
+DIRECTIONS: tuple[str, ...] = ("forward", "backward", "dp", "tp_forward", "tp_backward")
 ROLE_OF_DIRECTION = {
     "forward": TensorRole.ACTIVATION,
     "backward": TensorRole.ACTIVATION_GRAD,
     "dp": TensorRole.WEIGHT_GRAD,
+    "tp_forward": TensorRole.TP_ACTIVATION,
+    "tp_backward": TensorRole.TP_ACTIVATION_GRAD,
 }
-_FLAG = {"forward": "--forward", "backward": "--backward", "dp": "--dp"}
+_FLAG = {
+    "forward": "--forward",
+    "backward": "--backward",
+    "dp": "--dp",
+    "tp_forward": "--tp-forward",
+    "tp_backward": "--tp-backward",
+}
+# directions sent once per cell, not per boundary (their spec is looked up at index 0)
+_GLOBAL = ("dp", "tp_forward", "tp_backward")
 
 
 @dataclass(frozen=True)
@@ -42,12 +52,17 @@ class CompressionPlan:
     ``forward`` / ``backward`` apply at every pipeline boundary unless ``per_boundary``
     overrides them: ``per_boundary = {"0": {"forward": "topk(ratio=0.1)"}}`` changes the
     forward compressor of boundary 0 only. ``dp`` compresses data-parallel weight gradients.
+    ``tp_forward`` / ``tp_backward`` compress the tensor-parallel all-reduces of every block
+    (activations after row-parallel layers, their gradients before column-parallel ones;
+    ``suite.pipeline.tensor_parallel``); a matrix entry writes them ``tp: {forward: .., backward: ..}``.
     """
 
     forward: str = "none"
     backward: str = "none"
     dp: str = "none"
     per_boundary: tuple[tuple[int, str, str], ...] = ()  # (boundary, direction, spec)
+    tp_forward: str = "none"
+    tp_backward: str = "none"
 
     def spec_for(self, direction: str, boundary: int = 0) -> str:
         for b, d, s in self.per_boundary:
@@ -56,7 +71,9 @@ class CompressionPlan:
         return getattr(self, direction)
 
     def all_specs(self) -> list[str]:
-        return [self.forward, self.backward, self.dp] + [s for _, _, s in self.per_boundary]
+        return [self.forward, self.backward, self.dp, self.tp_forward, self.tp_backward] + [
+            s for _, _, s in self.per_boundary
+        ]
 
     @property
     def label(self) -> str:
@@ -68,6 +85,9 @@ class CompressionPlan:
             parts.append(f"fwd={self.forward},bwd={self.backward}")
         if self.dp != "none":
             parts.append(f"dp={self.dp}")
+        if (self.tp_forward, self.tp_backward) != ("none", "none"):
+            same = self.tp_forward == self.tp_backward
+            parts.append(f"tp={self.tp_forward}" if same else f"tp={self.tp_forward},tp_bwd={self.tp_backward}")
         for b, d, s in self.per_boundary:
             parts.append(f"b{b}.{d}={s}")
         return "|".join(parts)
@@ -79,11 +99,20 @@ class CompressionPlan:
             return cls(forward=d, backward=d)
         if not isinstance(d, dict):
             raise ConfigError(f"compressor entry must be a spec string or a mapping, got {type(d).__name__}")
-        unknown = set(d) - {"forward", "backward", "dp", "per_boundary", "both"}
+        unknown = set(d) - {"forward", "backward", "dp", "per_boundary", "both", "tp"}
         if unknown:
             raise ConfigError(
-                f"compressor entry has unknown key(s) {sorted(unknown)}; valid keys: forward, backward, dp, both, per_boundary"
+                f"compressor entry has unknown key(s) {sorted(unknown)}; valid keys: forward, backward, dp, both, "
+                "per_boundary, tp"
             )
+        tp = d.get("tp", "none")  # a spec (both TP directions) or {forward: .., backward: ..}
+        if isinstance(tp, dict):
+            bad = set(tp) - {"forward", "backward"}
+            if bad:
+                raise ConfigError(f"tp entry has unknown key(s) {sorted(bad)}; valid keys: forward, backward")
+            tp_fwd, tp_bwd = str(tp.get("forward", "none")), str(tp.get("backward", "none"))
+        else:
+            tp_fwd = tp_bwd = str(tp)
         both = d.get("both")
         pb = []
         for b, dirs in (d.get("per_boundary") or {}).items():
@@ -98,10 +127,14 @@ class CompressionPlan:
             backward=str(d.get("backward", both or "none")),
             dp=str(d.get("dp", "none")),
             per_boundary=tuple(sorted(pb)),
+            tp_forward=tp_fwd,
+            tp_backward=tp_bwd,
         )
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"forward": self.forward, "backward": self.backward, "dp": self.dp}
+        if (self.tp_forward, self.tp_backward) != ("none", "none"):  # absent at its default: old keys stay
+            out["tp"] = {"forward": self.tp_forward, "backward": self.tp_backward}
         if self.per_boundary:
             pb: dict[str, dict[str, str]] = {}
             for b, d, s in self.per_boundary:
@@ -125,6 +158,8 @@ class CompressionPlan:
             backward=canon(self.backward, "backward"),
             dp=canon(self.dp, "dp"),
             per_boundary=tuple((b, d, canon(s, f"boundary {b} {d}")) for b, d, s in self.per_boundary),
+            tp_forward=canon(self.tp_forward, "tp_forward"),
+            tp_backward=canon(self.tp_backward, "tp_backward"),
         )
 
 
@@ -134,7 +169,8 @@ class ResolvedPlan:
 
     ``uses`` holds the parsed spec of every (direction, boundary) that sends tensors: forward
     and backward at boundaries ``0 .. stages-2`` (overrides applied) and ``("dp", 0)`` when
-    there are replicas. ``not_applicable`` is the reason the task cannot run the plan (a
+    there are replicas, ``("tp_forward", 0)`` / ``("tp_backward", 0)`` when the cell is tensor
+    parallel. ``not_applicable`` is the reason the task cannot run the plan (a
     compressor requires a model feature the task lacks): the runner skips such cells, the
     runtime refuses them.
     """
@@ -148,8 +184,8 @@ class ResolvedPlan:
     feature_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def spec(self, direction: str, boundary: int = 0) -> Spec:
-        """The parsed spec at ``boundary`` in ``direction`` (``dp``: the one data-parallel spec)."""
-        return self.uses[(direction, 0 if direction == "dp" else boundary)]
+        """The parsed spec at ``boundary`` in ``direction`` (``dp``, ``tp_*``: the one spec of the cell)."""
+        return self.uses[(direction, 0 if direction in _GLOBAL else boundary)]
 
 
 # (plan, task class, stages, replicas) -> (resolution, {name: class} it was made with)
@@ -157,8 +193,9 @@ _RESOLVED: dict[tuple[Any, ...], tuple[ResolvedPlan, dict[str, type]]] = {}
 _MAX_MEMO = 512
 
 
-def resolve_plan(plan: CompressionPlan, task: Any, n_stages: int, dp: int = 1) -> ResolvedPlan:
-    """Check ``plan`` for ``task`` (a task class) split into ``n_stages`` with ``dp`` replicas.
+def resolve_plan(plan: CompressionPlan, task: Any, n_stages: int, dp: int = 1, tp: int = 1) -> ResolvedPlan:
+    """Check ``plan`` for ``task`` (a task class) split into ``n_stages`` with ``dp`` replicas
+    and ``tp`` tensor-parallel ranks per stage.
 
     Raises :class:`ConfigError` with one line naming the offender and the fix: a bad spec,
     an override outside the boundaries, a compressor used in a role it does not handle
@@ -166,11 +203,11 @@ def resolve_plan(plan: CompressionPlan, task: Any, n_stages: int, dp: int = 1) -
     feature is not raised but returned as ``not_applicable``. Memoized per process (a hit is
     re-checked against the registry, so a re-registered name is resolved again).
     """
-    key = (plan, task, n_stages, dp)
+    key = (plan, task, n_stages, dp, tp)
     hit = _RESOLVED.get(key)
     if hit is not None and all(_class_or_none(n) is c for n, c in hit[1].items()):
         return hit[0]
-    resolved = _resolve(plan, task, n_stages, dp)
+    resolved = _resolve(plan, task, n_stages, dp, tp)
     if len(_RESOLVED) >= _MAX_MEMO:
         _RESOLVED.clear()
     _RESOLVED[key] = (resolved, {n: get_class(n) for n in resolved.names})
@@ -184,7 +221,7 @@ def _class_or_none(name: str) -> type | None:
         return None
 
 
-def _resolve(plan: CompressionPlan, task: Any, n_stages: int, dp: int) -> ResolvedPlan:
+def _resolve(plan: CompressionPlan, task: Any, n_stages: int, dp: int, tp: int = 1) -> ResolvedPlan:
     for b, _, _ in plan.per_boundary:
         if not 0 <= b < n_stages - 1:
             raise ConfigError(
@@ -192,6 +229,9 @@ def _resolve(plan: CompressionPlan, task: Any, n_stages: int, dp: int) -> Resolv
             )
     if plan.dp != "none" and dp < 2:
         raise ConfigError(f"dp compressor {plan.dp!r} needs data-parallel replicas; set dp_size >= 2 (--dp-size 2)")
+    for d in ("tp_forward", "tp_backward"):
+        if getattr(plan, d) != "none" and tp < 2:
+            raise ConfigError(f"{d} compressor {getattr(plan, d)!r} needs tensor parallelism; set tp >= 2 (--tp 2)")
 
     # every spec the plan names, parsed and built once (unknown names, bad parameters)
     built: dict[str, tuple[Spec, Compressor]] = {}
@@ -211,6 +251,8 @@ def _resolve(plan: CompressionPlan, task: Any, n_stages: int, dp: int) -> Resolv
         backward=str(resolve(plan.backward, "backward")),
         dp=str(resolve(plan.dp, "dp")),
         per_boundary=tuple((b, d, str(resolve(s, f"boundary {b} {d}"))) for b, d, s in plan.per_boundary),
+        tp_forward=str(resolve(plan.tp_forward, "tp_forward")),
+        tp_backward=str(resolve(plan.tp_backward, "tp_backward")),
     )
 
     uses: dict[tuple[str, int], Spec] = {}
@@ -219,6 +261,9 @@ def _resolve(plan: CompressionPlan, task: Any, n_stages: int, dp: int) -> Resolv
             uses[(d, b)] = parse_spec(canonical.spec_for(d, b))
     if dp > 1:
         uses[("dp", 0)] = parse_spec(canonical.dp)
+    if tp > 1:
+        uses[("tp_forward", 0)] = parse_spec(canonical.tp_forward)
+        uses[("tp_backward", 0)] = parse_spec(canonical.tp_backward)
 
     for (d, b), tree in uses.items():
         role = ROLE_OF_DIRECTION[d]

@@ -53,7 +53,7 @@ def run_single(cfg: CellConfig) -> RunResult:
     transport = LocalTransport(meter, device)
     S = cfg.n_stages
     deadline = time.perf_counter() + cfg.time_limit_s if cfg.time_limit_s else None
-    placement = Placement.all_local(S, pipeline_ranks(cfg.schedule, S))
+    placement = Placement.all_local(S, pipeline_ranks(cfg.schedule, S), cfg.tp)
     report = train(cfg, placement, device, transport, deadline=deadline)
     if transport.pending():
         raise RuntimeError(f"{transport.pending()} messages were sent but never received (schedule bug)")

@@ -150,6 +150,7 @@ class Stage:
         train_module: nn.Module | None = None,
         sync: GradSync | None = None,
         autocast_dtype: torch.dtype | None = None,
+        tp: Any = None,
     ) -> None:
         self.index = index
         self.is_last = index == n_stages - 1
@@ -163,6 +164,7 @@ class Stage:
         self.downstream = downstream
         self.sync = sync or NoSync()
         self.autocast_dtype = autocast_dtype  # bf16 tiers: forward + loss under torch.autocast
+        self.tp = tp  # TPGroup of this stage's tensor-parallel reductions (tp > 1), told each micro-batch
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: Any = None
         self.step_losses: list[Tensor] = []  # last stage: unscaled loss of each micro-batch
@@ -173,14 +175,14 @@ class Stage:
     # --- parameters ----------------------------------------------------------------------
     def compressor_parameters(self) -> list[nn.Parameter]:
         ends = [e for e in (self.upstream, self.downstream) if e is not None]
-        return [p for e in ends for p in e.parameters()]
+        return [p for e in ends for p in e.parameters()] + (self.tp.parameters() if self.tp is not None else [])
 
     def parameters(self) -> list[nn.Parameter]:
         return list(self.module.parameters()) + self.compressor_parameters()
 
     def compressors(self) -> list[Any]:
         ends = [e for e in (self.upstream, self.downstream) if e is not None]
-        return [c for e in ends for c in e.compressors()]
+        return [c for e in ends for c in e.compressors()] + (self.tp.compressors() if self.tp is not None else [])
 
     # --- RNG: one stream per stage -----------------------------------------------------
     def _init_rng(self, seed: int) -> dict[str, Tensor]:
@@ -201,6 +203,8 @@ class Stage:
     def forward(self, m: int, batch: Batch, micro: Micro) -> None:
         """F(m): receive (or read) the input, run the module, send (or compute the loss)."""
         with self.own_rng(f"F{m}"):
+            if self.tp is not None:
+                self.tp.micro = micro
             if self.upstream is not None:
                 x, received = self.upstream.receive_activation(micro)
             else:
@@ -258,6 +262,8 @@ class Stage:
     def eval_forward(self, batch: Batch, micro: Micro) -> tuple[float, float] | None:
         """Forward one evaluation batch; the last stage returns the metric's (sum, count)."""
         with self.own_rng():
+            if self.tp is not None:
+                self.tp.micro = micro
             if self.upstream is not None:
                 x, _ = self.upstream.receive_activation(micro)
             else:

@@ -226,7 +226,7 @@ def summarize(config: CellConfig, reports: list[dict[str, Any]]) -> RunResult:
 
     # --- bytes -------------------------------------------------------------------------------------------
     by_dir = meter.by_direction()
-    by_step = {d: meter.per_step_direction(d, steps) for d in ("forward", "backward", "dp")}
+    by_step = {d: meter.per_step_direction(d, steps) for d in by_dir}
     return RunResult(
         final_metric=curve[-1].metric,
         final_metric_uncompressed=curve[-1].metric_uncompressed,

@@ -31,6 +31,7 @@ from .errors import RunTimeout
 from .placement import Placement
 from .plan import resolve_plan
 from .stage import Stage, keep_stage_rng
+from .tensor_parallel import TPGroup, check_shardable, shard_stage
 from .timing import Clock
 from .transport import DistTransport, LocalTransport, Transport
 
@@ -88,7 +89,7 @@ def train(
     cfg = config
     S = placement.n_stages
     # resolved (parsed, built, checked) by CellConfig.validate in this process: a memo hit, trusted as is
-    plan = resolve_plan(cfg.plan, get_task_class(cfg.task), S, placement.dp_size)
+    plan = resolve_plan(cfg.plan, get_task_class(cfg.task), S, placement.dp_size, placement.tp_size)
 
     # --- task, budget, model (identical on every rank) -----------------------------------------
     task = build_task(
@@ -117,8 +118,12 @@ def train(
     # --- stages this process owns --------------------------------------------------------------
     stages: dict[int, Stage] = {}
     hooks = []
+    T = placement.tp_size
     for s in placement.stages:
         clock = Clock(device)
+        # tensor parallelism: TP rank 0 sends a boundary's tensor to TP rank 0 of the peer stage and to
+        # the peer's other TP ranks (fanout); the other TP ranks only receive (None: no sends)
+        fanout = None if placement.tp_rank != 0 else ()
 
         def end(cls, b: int, peer_stage: int, s: int = s):
             # one process holding several stages: each stage gets its own copy of every plugin module,
@@ -130,17 +135,33 @@ def train(
                     plan.spec("forward", b),
                     plan.spec("backward", b),
                     transport,
-                    placement.rank(peer_stage),
+                    placement.rank(peer_stage, tp_rank=0),
                     device,
                     cfg.seed,
                     clock,
                     cfg.check_consistency,
+                    None if fanout is None else tuple(placement.rank(peer_stage, tp_rank=t) for t in range(1, T)),
                 )
             for c in e.compressors() + e.twin_compressors():  # twins: consistency check only
                 c.bind(features)
                 c.to(device)
             return e
 
+        tp = None
+        if T > 1:  # Megatron-style: this stage's blocks split over its TP ranks (suite.pipeline.tensor_parallel)
+            tp = TPGroup(
+                s,
+                T,
+                placement.tp_ranks,
+                lambda t, s=s: placement.rank(s, tp_rank=t),
+                transport,
+                {"forward": plan.spec("tp_forward"), "backward": plan.spec("tp_backward")},
+                device,
+                cfg.seed,
+                clock,
+                features,
+            )
+            check_shardable(shard_stage(modules[s], tp), cfg.task, s)
         module = modules[s].to(device)
         train_module, sync = module, None
         if placement.dp_size > 1:
@@ -164,6 +185,7 @@ def train(
             train_module=train_module,
             sync=sync,
             autocast_dtype=budget.autocast_dtype,
+            tp=tp,
         )
         stage.optimizer = task.make_optimizer(stage.parameters())
         stage.scheduler = task.make_scheduler(stage.optimizer)
@@ -236,6 +258,8 @@ def train(
     report.update(
         rank=placement.rank(placement.stages[0]),
         dp_rank=placement.dp_rank,
+        tp_rank=placement.tp_rank,
+        tp_size=placement.tp_size,
         stages=list(stages),
         device=str(device),
         steps=budget.steps,

@@ -195,6 +195,7 @@ class Transport:
     # how a payload crosses the wire, for the network model (suite.results.network.PROTOCOLS):
     # messages per payload as counted per link, receives posted when the action starts
     PROTOCOL = "measured"
+    DELIVERS_FANOUT = True  # False: fanout copies are counted, not delivered (one simulated receiver)
 
     def __init__(self, meter: ByteMeter, device: torch.device) -> None:
         self.meter = meter
@@ -212,32 +213,53 @@ class Transport:
         dtype: torch.dtype,
         raw_nbytes: int | None = None,
         stream: Hashable | None = None,
+        fanout: Sequence[int] = (),
     ) -> int:
         """Send ``payload`` (standing for a tensor of ``shape``/``dtype``); ``key`` names the link
         for accounting (raw bytes: the tensor's size unless ``raw_nbytes`` is given). ``stream``:
         a fixed-size stream (see the module docstring), None for a variable-size payload.
-        Returns the wire bytes."""
+        ``fanout``: further peers that get the same payload (the other tensor-parallel ranks of
+        the next stage), each one message counted as sent; a transport that simulates only
+        ``dst`` (``LocalTransport``) counts them without delivering. Returns the wire bytes."""
         if not isinstance(payload, tuple) or not all(isinstance(t, Tensor) for t in payload):
             raise TransportError(f"a payload must be a tuple of tensors, got {type(payload).__name__}")
         for i, t in enumerate(payload):
             if why := not_plain_tensor(t):
                 raise TransportError(f"{key}: payload tensor {i} {why}")
         layout = layout_of(payload, shape, dtype) if stream is not None else None
+        wire = messages = 0
+        for i, peer in enumerate((dst, *fanout)):
+            w, m = self._send_one(payload, peer, key, shape, dtype, layout, stream, i == 0 or self.DELIVERS_FANOUT)
+            wire, messages = wire + w, messages + m
+        raw = math.prod(shape) * dtype.itemsize if raw_nbytes is None else raw_nbytes
+        self.meter.record(key, raw * (1 + len(fanout)), wire, messages)
+        return wire
+
+    def _send_one(
+        self,
+        payload: Payload,
+        dst: int,
+        key: str,
+        shape: Sequence[int],
+        dtype: torch.dtype,
+        layout: Layout | None,
+        stream: Hashable | None,
+        deliver: bool,
+    ) -> tuple[int, int]:
+        """(wire bytes, messages) of one copy of ``payload`` to ``dst`` (delivered, or only counted)."""
         known = self._sent_layouts.get((dst, stream)) if stream is not None else None
         if known is None or layout is None:
-            wire, messages = PREFIX_NBYTES + self._deliver(payload, dst, shape, dtype), 2
+            framed = self._deliver(payload, dst, shape, dtype) if deliver else frame_nbytes(payload, shape, dtype)
             if layout is not None and _layout_nbytes(layout) > 0:  # empty bodies keep the header
                 self._sent_layouts[(dst, stream)] = layout
-        elif known == layout:
-            wire, messages = self._deliver_body(payload, dst), 1
-        else:
-            raise TransportError(
-                f"{key}: the payload of fixed-size stream {stream!r} changed from [{_show(known)}] to "
-                f"[{_show(layout)}]; a compressor whose payload size varies must not declare fixed_size"
-            )
-        raw = math.prod(shape) * dtype.itemsize if raw_nbytes is None else raw_nbytes
-        self.meter.record(key, raw, wire, messages)
-        return wire
+            return PREFIX_NBYTES + framed, 2
+        if known == layout:
+            body = self._deliver_body(payload, dst) if deliver else sum(t.numel() * t.element_size() for t in payload)
+            return body, 1
+        raise TransportError(
+            f"{key}: the payload of fixed-size stream {stream!r} changed from [{_show(known)}] to "
+            f"[{_show(layout)}]; a compressor whose payload size varies must not declare fixed_size"
+        )
 
     def recv(self, src: int, stream: Hashable | None = None) -> tuple[Payload, torch.Size, torch.dtype]:
         """The next message from ``src``: (payload, original shape, original dtype)."""
@@ -280,7 +302,10 @@ class LocalTransport(Transport):
     of the payload tensors and the meter records exactly the bytes :class:`DistTransport`
     would hand to ``torch.distributed`` for the same message (``frame_nbytes``, checked
     against ``frame`` in the tests). ``rank`` is the stage currently sending or receiving
-    (set by the executor)."""
+    (set by the executor). Fanout copies (to the tensor-parallel peers of the receiving stage,
+    which this process simulates as one) are counted exactly as sent, not queued."""
+
+    DELIVERS_FANOUT = False
 
     def __init__(self, meter: ByteMeter, device: torch.device) -> None:
         super().__init__(meter, device)

@@ -91,13 +91,15 @@ def main(argv: list[str] | None = None) -> int:
         progress.propagate = False
     try:
         cfg = CellConfig.from_dict(json.loads(Path(args.config).read_text())).validate()  # loads plugins
-        S, D = cfg.n_stages, cfg.dp
+        S, D, T = cfg.n_stages, cfg.dp, cfg.tp
         P = pipeline_ranks(cfg.schedule, S)
-        if world != P * D:
-            raise ConfigError(f"world size {world} != pipeline ranks {P} x dp {D}")
-        placement = Placement.of_rank(rank, S, P, D)
+        if world != P * D * T:
+            raise ConfigError(f"world size {world} != tp {T} x pipeline ranks {P} x dp {D}")
+        placement = Placement.of_rank(rank, S, P, D, T)
         node = int(os.environ.get("GROUP_RANK", "0"))
         where = f"rank {rank} (stage {','.join(map(str, placement.stages))}, replica {placement.dp_rank}" + (
+            f", tp rank {placement.tp_rank}" if T > 1 else ""
+        ) + (
             f", node {node})" if cfg.nnodes > 1 else ")"
         )
         # emulated hosts (cfg.link) share this machine's cores: every rank of the job counts; a cell

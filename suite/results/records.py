@@ -133,7 +133,7 @@ MAX_SECONDS = 30 * 24 * 3600.0  # a measured or modeled time above 30 days is no
 MAX_METRIC = 1e6  # |metric| for metrics without a known range (a loss of 1e6 nats is already broken)
 EARLIEST = _dt.datetime(2020, 1, 1, tzinfo=_dt.timezone.utc)
 CLOCK_SKEW = _dt.timedelta(days=1)  # "created" may be this far ahead of the reader's clock, no further
-DIRECTIONS = ("forward", "backward", "dp")
+DIRECTIONS = ("forward", "backward", "dp", "tp_forward", "tp_backward")  # tp_*: tensor-parallel runs only
 # The built-in tasks' metrics (kept equal to tasks/*.py by tests/suite/results/test_records_plausibility.py;
 # this layer imports no task code): a record of a built-in task must use its metric and direction.
 TASK_METRICS: dict[str, tuple[str, bool]] = {
