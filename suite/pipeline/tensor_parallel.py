@@ -234,7 +234,8 @@ class TPGroup:
         shape, dtype = parts[0].shape, parts[0].dtype
         own = self._send_all(site, direction, parts, micro)
         out: Tensor | None = None
-        for j in self.local:  # single mode: every simulated rank decodes (its receivers' state moves), rank 0's sum is used
+        # single mode: every simulated rank decodes (its receivers' state moves); rank 0's sum is used
+        for j in self.local:
             total: Tensor | None = None
             for src in range(self.size):
                 payload = own[src] if src == j else self._receive(site, direction, j, src, micro)[0]
@@ -517,4 +518,3 @@ def check_shardable(n_blocks: int, task: str, stage: int) -> None:
             f"task {task!r} has no transformer block to split for tensor parallelism (stage {stage}); "
             "tp > 1 needs a BERT-family encoder or a tasks.gpt decoder; use tp=1"
         )
-

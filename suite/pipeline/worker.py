@@ -97,10 +97,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"world size {world} != tp {T} x pipeline ranks {P} x dp {D}")
         placement = Placement.of_rank(rank, S, P, D, T)
         node = int(os.environ.get("GROUP_RANK", "0"))
-        where = f"rank {rank} (stage {','.join(map(str, placement.stages))}, replica {placement.dp_rank}" + (
-            f", tp rank {placement.tp_rank}" if T > 1 else ""
-        ) + (
-            f", node {node})" if cfg.nnodes > 1 else ")"
+        where = (
+            f"rank {rank} (stage {','.join(map(str, placement.stages))}, replica {placement.dp_rank}"
+            + (f", tp rank {placement.tp_rank}" if T > 1 else "")
+            + (f", node {node})" if cfg.nnodes > 1 else ")")
         )
         # emulated hosts (cfg.link) share this machine's cores: every rank of the job counts; a cell
         # run beside others (-j, pytest -n, Ray) splits the threads its executor gave it
