@@ -176,12 +176,16 @@ class TPGroup:
             training=micro.training,
         )
 
-    def _stream(self, comp: Compressor, site: int, direction: str, micro: Micro) -> Hashable | None:
+    def _stream(
+        self, comp: Compressor, site: int, direction: str, micro: Micro, src: int, dst: int
+    ) -> Hashable | None:
+        """The fixed-size stream of a message (None: framed every time); it names both TP ranks, as a
+        transport keys streams by one peer and single mode sends for several simulated ranks."""
         if not comp.fixed_size:
             return None
         inp = micro.batch_input
         batch = tuple(inp.shape) if isinstance(inp, Tensor) else None
-        return ("tp", self.stage, site, direction, comp is self._plain, micro.training, batch)
+        return ("tp", self.stage, site, direction, src, dst, comp is self._plain, micro.training, batch)
 
     @contextmanager
     def _as_rank(self, t: int) -> Iterator[None]:
@@ -209,10 +213,10 @@ class TPGroup:
                 else:
                     with torch.no_grad():
                         payload = _check_payload(comp.compress(x.detach(), info), comp, info)
-            stream = self._stream(comp, site, direction, micro)
             with self.clock.section("comm"), self._as_rank(t):
                 for j in range(self.size):
                     if j != t:
+                        stream = self._stream(comp, site, direction, micro, t, j)
                         self.transport.send(
                             payload,
                             self.address(j),
@@ -227,7 +231,7 @@ class TPGroup:
     def _receive(self, site: int, direction: str, j: int, src: int, micro: Micro) -> tuple[Payload, Any, Any]:
         comp = self._comp(site, direction, "recv", j, src, micro=micro)
         with self.clock.section("comm"), self._as_rank(j):
-            return self.transport.recv(self.address(src), self._stream(comp, site, direction, micro))
+            return self.transport.recv(self.address(src), self._stream(comp, site, direction, micro, src, j))
 
     def all_reduce(self, site: int, direction: str, parts: list[Tensor], micro: Micro) -> Tensor:
         """The reconstructed sum (no autograd): what every TP rank computes from the payloads."""
