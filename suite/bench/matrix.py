@@ -62,10 +62,11 @@ def _user_plans(sel: Selection) -> list[Entry]:
     if sel.forward is not None and sel.compressors:
         raise MatrixError("give either --compressor (forward and backward) or --forward, not both")
     dp = sel.dp or "none"
+    tp = {"tp_forward": sel.tp_forward or "none", "tp_backward": sel.tp_backward or "none"}
     if sel.forward is not None:
-        return [Entry(CompressionPlan(forward=sel.forward, backward=sel.backward or "none", dp=dp))]
+        return [Entry(CompressionPlan(forward=sel.forward, backward=sel.backward or "none", dp=dp, **tp))]
     return [
-        Entry(CompressionPlan(forward=s, backward=sel.backward if sel.backward is not None else s, dp=dp))
+        Entry(CompressionPlan(forward=s, backward=sel.backward if sel.backward is not None else s, dp=dp, **tp))
         for s in sel.compressors
     ]
 
@@ -121,13 +122,15 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
                     entries[i] = Entry(e.plan, None, e.settings)
     else:
         entries = list(tier.entries)
-        if sel.backward is not None or sel.dp is not None:
+        if any(v is not None for v in (sel.backward, sel.dp, sel.tp_forward, sel.tp_backward)):
             entries = [
                 Entry(
                     replace(
                         e.plan,
                         backward=sel.backward if sel.backward is not None else e.plan.backward,
                         dp=sel.dp if sel.dp is not None else e.plan.dp,
+                        tp_forward=sel.tp_forward if sel.tp_forward is not None else e.plan.tp_forward,
+                        tp_backward=sel.tp_backward if sel.tp_backward is not None else e.plan.tp_backward,
                     ),
                     e.tasks,
                     e.settings,

@@ -8,8 +8,9 @@ compressor forward and backward) or a mapping::
     - {both: none, dp: powersgd(rank=4), dp_size: 2}   # + cell settings
     - {forward: subspace, backward: subspace, tasks: [shakespeare]}
 
-Entry keys besides the plan (``forward``, ``backward``, ``dp``, ``both``, ``per_boundary``):
-``tasks`` (restrict the entry), and the cell settings of :data:`SETTING_KEYS`. A tier may set
+Entry keys besides the plan (``forward``, ``backward``, ``dp``, ``both``, ``per_boundary``,
+``tp_forward``, ``tp_backward``): ``tasks`` (restrict the entry), and the cell settings of
+:data:`SETTING_KEYS` (``tp``: tensor-parallel ranks per stage). A tier may set
 the same settings for all its cells under ``settings``. Names (tasks, compressors) are
 resolved later, by :func:`suite.bench.matrix.plan_cells`.
 """
@@ -29,11 +30,12 @@ __all__ = ["MATRIX_PATH", "MatrixError", "Entry", "Tier", "Matrix", "load_matrix
 
 MATRIX_PATH = Path(__file__).with_name("matrix.yaml")
 SCHEMA = "mpcbench.matrix/1"
-PLAN_KEYS = ("forward", "backward", "dp", "both", "per_boundary")
+PLAN_KEYS = ("forward", "backward", "dp", "both", "per_boundary", "tp_forward", "tp_backward")
 # entry / tier setting -> CellConfig field
 SETTING_KEYS = {
     "stages": "stages",
     "dp_size": "dp",
+    "tp": "tp",  # tensor-parallel ranks per stage
     "schedule": "schedule",
     "microbatches": "microbatches",
     "compress_warmup_steps": "compress_warmup_steps",

@@ -207,6 +207,12 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option("--backward", "backward", help="backward (activation-gradient) spec of the selected cells"),
     Option("--dp", "dp", help="data-parallel gradient spec of the selected cells (needs --dp-size >= 2)"),
     Option(
+        "--tp-forward", "tp_forward", help="tensor-parallel activation spec of the selected cells (needs --tp >= 2)"
+    ),
+    Option(
+        "--tp-backward", "tp_backward", help="tensor-parallel gradient spec of the selected cells (needs --tp >= 2)"
+    ),
+    Option(
         "--seeds",
         "seeds",
         convert=_seeds,
@@ -230,6 +236,13 @@ RUN_OPTIONS: tuple[Option, ...] = (
     ),
     Option("--stages", "stages", int, cell="stages", help="pipeline stages (default: the task's)"),
     Option("--dp-size", "dp_size", int, cell="dp", help="data-parallel replicas per cell (>= 2 runs through torchrun)"),
+    Option(
+        "--tp",
+        "tp_size",
+        int,
+        cell="tp",
+        help="tensor-parallel ranks per stage (transformer tasks; single mode simulates them in one process)",
+    ),
     Option(
         "--schedule",
         "schedule",

@@ -40,6 +40,8 @@ def compression_ratios(result: RunResult) -> dict[str, float | None]:
     raw_total = wire_total = 0
     for direction in DIRECTIONS:
         c = result.bytes.get(direction)
+        if c is None and direction.startswith("tp_"):  # tensor-parallel kinds: only in TP runs' records
+            continue
         if c is None or c.wire == 0:
             out[direction] = None
             continue

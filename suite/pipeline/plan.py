@@ -54,7 +54,7 @@ class CompressionPlan:
     forward compressor of boundary 0 only. ``dp`` compresses data-parallel weight gradients.
     ``tp_forward`` / ``tp_backward`` compress the tensor-parallel all-reduces of every block
     (activations after row-parallel layers, their gradients before column-parallel ones;
-    ``suite.pipeline.tensor_parallel``); a matrix entry writes them ``tp: {forward: .., backward: ..}``.
+    ``suite.pipeline.tensor_parallel``); a matrix entry writes them ``tp_forward: ..`` / ``tp_backward: ..``.
     """
 
     forward: str = "none"
@@ -99,20 +99,13 @@ class CompressionPlan:
             return cls(forward=d, backward=d)
         if not isinstance(d, dict):
             raise ConfigError(f"compressor entry must be a spec string or a mapping, got {type(d).__name__}")
-        unknown = set(d) - {"forward", "backward", "dp", "per_boundary", "both", "tp"}
+        unknown = set(d) - {"forward", "backward", "dp", "per_boundary", "both", "tp_forward", "tp_backward"}
         if unknown:
             raise ConfigError(
                 f"compressor entry has unknown key(s) {sorted(unknown)}; valid keys: forward, backward, dp, both, "
-                "per_boundary, tp"
+                "per_boundary, tp_forward, tp_backward"
             )
-        tp = d.get("tp", "none")  # a spec (both TP directions) or {forward: .., backward: ..}
-        if isinstance(tp, dict):
-            bad = set(tp) - {"forward", "backward"}
-            if bad:
-                raise ConfigError(f"tp entry has unknown key(s) {sorted(bad)}; valid keys: forward, backward")
-            tp_fwd, tp_bwd = str(tp.get("forward", "none")), str(tp.get("backward", "none"))
-        else:
-            tp_fwd = tp_bwd = str(tp)
+        tp_fwd, tp_bwd = str(d.get("tp_forward", "none")), str(d.get("tp_backward", "none"))
         both = d.get("both")
         pb = []
         for b, dirs in (d.get("per_boundary") or {}).items():
@@ -133,8 +126,8 @@ class CompressionPlan:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"forward": self.forward, "backward": self.backward, "dp": self.dp}
-        if (self.tp_forward, self.tp_backward) != ("none", "none"):  # absent at its default: old keys stay
-            out["tp"] = {"forward": self.tp_forward, "backward": self.tp_backward}
+        if (self.tp_forward, self.tp_backward) != ("none", "none"):  # absent at their default: old keys stay
+            out.update(tp_forward=self.tp_forward, tp_backward=self.tp_backward)
         if self.per_boundary:
             pb: dict[str, dict[str, str]] = {}
             for b, d, s in self.per_boundary:

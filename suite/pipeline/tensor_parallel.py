@@ -176,9 +176,7 @@ class TPGroup:
             training=micro.training,
         )
 
-    def _stream(
-        self, comp: Compressor, site: int, direction: str, micro: Micro, src: int, dst: int
-    ) -> Hashable | None:
+    def _stream(self, comp: Compressor, site: int, direction: str, micro: Micro, src: int, dst: int) -> Hashable | None:
         """The fixed-size stream of a message (None: framed every time); it names both TP ranks, as a
         transport keys streams by one peer and single mode sends for several simulated ranks."""
         if not comp.fixed_size:

@@ -138,11 +138,10 @@ def test_heads_must_divide():
 
 
 def test_plan_round_trips_the_tp_entry():
-    plan = CompressionPlan.from_dict({"forward": "none", "tp": {"forward": "quant(bits=4)", "backward": "none"}})
+    plan = CompressionPlan.from_dict({"forward": "none", "tp_forward": "quant(bits=4)"})
     assert (plan.tp_forward, plan.tp_backward) == ("quant(bits=4)", "none")
     assert CompressionPlan.from_dict(plan.to_dict()) == plan
-    assert CompressionPlan.from_dict({"tp": "topk"}).tp_backward == "topk"
-    assert "tp" not in CompressionPlan().to_dict()  # old plans keep their keys
+    assert "tp_forward" not in CompressionPlan().to_dict()  # old plans keep their keys (and cell keys)
 
 
 def test_placement_puts_tp_innermost():

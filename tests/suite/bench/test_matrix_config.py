@@ -79,7 +79,8 @@ def _names(spec: str) -> set[str]:
 
 
 def test_quick_uses_default_settings(shipped):
-    """Quick tier = defaults: no spec sets a parameter, except a wrapper's inner compressor."""
+    """Quick tier = defaults: no spec sets a parameter, except a wrapper's inner compressor and the
+    tensor-parallel group's 4-bit quantization (issue 25 asks for 8 and 4 bits, MCBench's settings)."""
     from compressors.registry import Spec, parse_spec
 
     def only_nested_specs(spec: Spec) -> bool:
@@ -90,6 +91,8 @@ def test_quick_uses_default_settings(shipped):
 
     for e in shipped.tier("quick").entries:
         for s in e.plan.all_specs():
+            if dict(e.settings).get("tp") == 2 and s == "quant(bits=4)":
+                continue
             assert only_nested_specs(parse_spec(s)), f"quick-tier spec {s!r} sets a parameter"
 
 
