@@ -22,8 +22,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from suite.schedules import pipeline_ranks
-
 from .config import CellConfig
 from .errors import RunError
 from .launch import _Agent, _base_env, run_agents, torchrun_command

@@ -30,8 +30,6 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from suite.schedules import pipeline_ranks
-
 from .config import CellConfig
 from .errors import RunError, RunTimeout
 from .result import RunResult

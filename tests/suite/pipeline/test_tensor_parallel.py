@@ -23,7 +23,7 @@ from suite.pipeline.timing import Clock
 from suite.pipeline.transport import PREFIX_NBYTES, LocalTransport
 from tasks.gpt import Block, GPTConfig
 
-TINY_TRANSFORMERS_PATH = str(Path(__file__).resolve().parents[1] / "fixtures" / "tiny_transformers.py")
+TINY_TRANSFORMERS_PATH = str(Path(__file__).resolve().parents[2] / "fixtures" / "tiny_transformers.py")
 
 load_plugin(TINY_TRANSFORMERS_PATH)
 TOL = 1e-5
