@@ -587,6 +587,74 @@ def _detail_section(f: Filters, rows: pd.DataFrame, labels: dict, own: list[str]
         st.json(detail, expanded=1)
 
 
+@st.cache_data(show_spinner="Scoring ...", max_entries=8)
+def _score(_frame: pd.DataFrame, version: tuple, tier: str):
+    from leaderboard.score import benchmark_score
+
+    return benchmark_score(ranking.aggregate(_frame), tier=tier)
+
+
+def _score_section(frame: pd.DataFrame, version: tuple, tier: str) -> None:
+    """One score per compressor across tasks and networks: AlgoPerf-style performance profiles."""
+    from leaderboard.report import score_table
+    from leaderboard.score import TAU_MAX
+
+    st.subheader("Benchmark score")
+    result = _score(frame, version, tier)
+    if result.table.empty:
+        st.text(f"No compressor of the {tier} tier has results on every task with modeled times.")
+        return
+    st.caption(
+        f"For each compressor, the fraction of (task, network) pairs on which its time-to-target is within a "
+        f"factor tau of the fastest compressor's, integrated over tau in [1, {TAU_MAX:g}] (the AlgoPerf "
+        "benchmark's performance profiles): 1 = fastest everywhere. A target not reached by every seed counts "
+        "as never reached. The spread is over bootstrap draws of each row's seeds."
+    )
+    st.text(
+        f"pairs ({len(result.pairs)}): "
+        + ", ".join(f"{t}@{n}" for t, n in result.pairs)
+        + (f"\nleft out (not run on every task): {', '.join(result.left_out)}" if result.left_out else "")
+    )
+    table = score_table(result)
+    st.dataframe(table, hide_index=True, width="stretch", height=_table_height(len(table)), key="score_table")
+    top = list(result.table["row"][:8])  # the profile plot: the 8 best rows (the table has all)
+    curves = result.curves[result.curves["row"].isin(top)]
+    chart = (
+        alt.Chart(curves)
+        .mark_line(interpolate="step-after")
+        .encode(
+            x=alt.X(
+                "tau:Q", title="tau (time-to-target within tau x the fastest)", scale=alt.Scale(domain=[1, TAU_MAX])
+            ),
+            y=alt.Y("fraction:Q", title="fraction of (task, network) pairs", scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("row:N", title="entry / compressor", sort=top, legend=alt.Legend(labelLimit=420)),
+            tooltip=["row:N", "tau:Q", "fraction:Q"],
+        )
+        .properties(width=PLOT_W, height=320)
+    )
+    st.altair_chart(chart, width="content")
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _claims(_frame: pd.DataFrame, version: tuple) -> pd.DataFrame:
+    from leaderboard.claims import claims_table, judge, load_claims
+
+    return claims_table([judge(c, _frame) for c in load_claims()])
+
+
+def _reproductions_section(frame: pd.DataFrame, version: tuple) -> None:
+    """The seed papers' claims (leaderboard/claims.yaml) with their verdicts from the records."""
+    st.subheader("Reproductions")
+    st.caption(
+        "Published findings tested on this benchmark's quick tier at 3 seeds: the measured effect (positive = "
+        "better), its 95% interval and test, the minimal detectable difference (MDD), and a verdict: reproduced, "
+        "contradicted, or not resolvable at this tier. The quick tier trains narrowed models part way "
+        "(docs/reproductions.md says what it can and cannot test)."
+    )
+    table = _claims(frame, version)
+    st.dataframe(table, hide_index=True, width="stretch", height=_table_height(len(table)), key="claims_table")
+
+
 def _write_filters_to_url(f: Filters) -> None:
     _write_url(
         dict(
@@ -642,6 +710,8 @@ def main(argv: list[str] | None = None) -> None:
     sel, detailed = _time_to_quality_section(f, rows, labels, own, metric, higher, target)
     _curves_section(detailed, sel, metric)
     _detail_section(f, rows, labels, own)
+    _score_section(frame, version, f.tier)
+    _reproductions_section(frame, version)
     with st.expander("All aggregated columns"):
         st.dataframe(ranked.drop(columns=["seeds", "code_versions"], errors="ignore"), hide_index=True, width="stretch")
     _skipped(index.problems)

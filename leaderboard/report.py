@@ -25,7 +25,17 @@ from leaderboard.safe_text import markdown_cell, plain
 from leaderboard.statistics import MEASURED_SPREAD, aggregate, minimal_detectable_difference
 from leaderboard.views import display_table
 
-__all__ = ["REPORT_WIDTH", "FORMATS", "ReportOptions", "write_report", "default_network", "linked_records"]
+__all__ = [
+    "REPORT_WIDTH",
+    "FORMATS",
+    "ReportOptions",
+    "write_report",
+    "write_claims",
+    "write_score",
+    "score_table",
+    "default_network",
+    "linked_records",
+]
 
 REPORT_WIDTH = 120  # the default text report fits this many columns
 FORMATS = ("text", "markdown", "csv")
@@ -224,3 +234,71 @@ def write_report(frame: pd.DataFrame, opts: ReportOptions, out: TextIO, *, links
                 REPORT_WIDTH,
             )
         )
+
+
+def write_claims(frame: pd.DataFrame, fmt: str, out: TextIO) -> None:
+    """The seed papers' claims (:mod:`leaderboard.claims`) with their verdicts from ``frame``."""
+    from leaderboard.claims import claims_table, judge, load_claims
+
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
+    table = claims_table([judge(c, frame) for c in load_claims()])
+    if fmt == "csv":
+        table.to_csv(out, index=False)
+        return
+    if fmt == "markdown":
+        out.write(markdown(table) + "\n")
+        return
+    out.write("reproductions: the seed papers' claims against the records (leaderboard/claims.yaml)\n")
+    for r in terminal(table).to_dict("records"):
+        out.write("\n" + f"{r['verdict'].upper()}: {r['claim']} ({r['paper']}, {r['task / tier']})" + "\n")
+        for key in ("finding", "configuration", "vs", "seeds", "effect (+ = better)", "test", "MDD", "expected", "why"):
+            k = key
+            out.write(
+                "\n".join(textwrap.wrap(f"{k}: {r[k]}", REPORT_WIDTH, initial_indent="  ", subsequent_indent="    "))
+                + "\n"
+            )
+        mean_col = next(c for c in r if c.startswith("mean "))
+        out.write(f"  {mean_col}: {r[mean_col]}\n")
+
+
+def score_table(result: Any) -> pd.DataFrame:
+    """The benchmark score as text cells (:class:`leaderboard.score.ScoreResult`)."""
+    rows = []
+    for r in result.table.to_dict("records"):
+        rows.append(
+            {
+                "rank": str(len(rows) + 1),
+                "entry / compressor": r["row"],
+                "score": f"{r['score']:.3f}",
+                "± sd (seed resampling)": "-" if r["score_sd"] != r["score_sd"] else f"{r['score_sd']:.3f}",
+                "5-95%": "-" if r["score_p5"] != r["score_p5"] else f"{r['score_p5']:.3f}-{r['score_p95']:.3f}",
+                "first in": "-" if r["first_in"] != r["first_in"] else f"{r['first_in']:.0%}",
+                "fastest / reached / pairs": f"{r['pairs_fastest']} / {r['pairs_reached']} / {r['n_pairs']}",
+                "seeds": str(r["seeds"]),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def write_score(frame: pd.DataFrame, fmt: str, out: TextIO, *, tier: str = "quick") -> None:
+    """The benchmark score (:mod:`leaderboard.score`) of ``tier``: the table and the pairs it covers."""
+    from leaderboard.score import TAU_MAX, benchmark_score
+
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
+    result = benchmark_score(aggregate(frame), tier=tier)
+    table = score_table(result)
+    if fmt == "csv":
+        result.table.to_csv(out, index=False)
+        return
+    pairs = ", ".join(f"{t}@{n}" for t, n in result.pairs) or "none"
+    head = (
+        f"benchmark score ({tier} tier): the performance profile's area over tau in [1, {TAU_MAX:g}] "
+        f"(1 = fastest to the target on every pair; a target not reached by every seed counts as never). "
+        f"Pairs ({len(result.pairs)}): {pairs}. "
+        + (f"Left out (not run on every task): {', '.join(result.left_out)}. " if result.left_out else "")
+        + f"Spread: {result.resamples} bootstrap draws of each row's seeds (a 1-seed row cannot show its own spread)."
+    )
+    out.write("\n".join(textwrap.wrap(plain(head), REPORT_WIDTH)) + "\n\n")
+    out.write((markdown(table) if fmt == "markdown" else terminal(table).to_string(index=False)) + "\n")

@@ -364,6 +364,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     if frame.empty:
         print("no records to report (run `mpcbench run --tier quick` first)", file=sys.stderr)
         return EXIT_FAILED
+    if args.claims:  # the seed papers' claims and their verdicts
+        from leaderboard.report import write_claims
+
+        write_claims(frame, args.format, sys.stdout)
+        return EXIT_OK
+    if args.score:  # one score across tasks and networks (performance profiles)
+        from leaderboard.report import write_score
+
+        for tier in args.tier or ["quick"]:
+            write_score(frame, args.format, sys.stdout, tier=tier)
+        return EXIT_OK
     opts = ReportOptions(
         rule=args.rule,
         network=args.network,
@@ -580,6 +591,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--direction", default="total", choices=["forward", "backward", "dp", "total"])
     p.add_argument("--format", default="text", choices=["text", "markdown", "csv"])
+    p.add_argument(
+        "--claims",
+        action="store_true",
+        help="the seed papers' claims (leaderboard/claims.yaml) with their measured effects and verdicts",
+    )
+    p.add_argument(
+        "--score",
+        action="store_true",
+        help="one benchmark score per compressor: performance profiles of time-to-target over (task, network) pairs",
+    )
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("validate", help="check results files, records/<entry>/ folders or a matrix YAML")

@@ -38,9 +38,17 @@ def test_ranking_table_and_sections_render(app):
     assert {"none", "fp16", "quant(bits=4)", "topk(ratio=0.1)"} <= set(table.compressor)
     assert "time-to-target @ 1Gbps" in table.columns  # the default network profile
     subheaders = [s.value for s in app.subheader]
-    assert subheaders == ["Ranking", "Quality versus bytes", "Time to quality", "Training curves", "Entry details"]
+    assert subheaders == [
+        "Ranking",
+        "Quality versus bytes",
+        "Time to quality",
+        "Training curves",
+        "Entry details",
+        "Benchmark score",
+        "Reproductions",
+    ]
     charts = [e for e in app.main if getattr(e, "type", None) == "vega_lite_chart"]
-    assert len(charts) == 3  # Pareto plot, time to quality, curves
+    assert len(charts) == 4  # Pareto plot, time to quality, curves, performance profiles
     detail = app.json[0].value
     assert '"plugin_hash"' in detail and '"provenance"' in detail and '"submitter"' in detail
     explanation = [m.value for m in app.markdown if "Best quality at a compression ratio" in m.value]

@@ -1,0 +1,153 @@
+"""One benchmark score: performance profiles over (task, network) pairs, as the AlgoPerf benchmark does.
+
+    result = benchmark_score(agg, tier="quick")
+    result.table      # one row per compressor: score, its spread under seed resampling, pairs won
+    result.curves     # tau -> fraction of pairs within tau of the best, per compressor
+
+For a row ``e`` (an entry's compressor; on each task its setup with the most seeds) and a pair ``p`` = (task, network
+profile), ``r(e, p) = t(e, p) / min_e' t(e', p)``, where ``t`` is the mean modeled
+time-to-target over the row's seeds, and infinite when any seed never reached the target (a
+target not reached every time is not reached). The profile ``rho_e(tau)`` is the fraction of
+pairs with ``r <= tau``; the score is its mean over ``tau`` in [1, TAU_MAX]:
+``mean_p max(0, TAU_MAX - r) / (TAU_MAX - 1)`` (exact: rho is a step function). 1 = fastest on
+every pair; 0 = never within TAU_MAX of the fastest.
+
+The pairs are every task of the tier on which all scored rows ran, times every network profile
+the records model; rows without results on every task are left out (named in ``left_out``)
+rather than scored as never reaching a target they never tried. Stability: the score is
+recomputed on ``resamples`` bootstrap draws of each row's seeds (with replacement; seeded,
+so the figure is reproducible): its standard deviation and 5-95% range, and how often the
+row ranks first.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from leaderboard.networks import network_profiles
+
+__all__ = ["TAU_MAX", "ScoreResult", "benchmark_score", "profile_score"]
+
+TAU_MAX = 4.0
+ROW = ["entry", "compressor"]  # one row across tasks (setups differ by task: stages)
+
+
+@dataclass
+class ScoreResult:
+    """The score table, the profile curves, the pairs covered and the rows left out."""
+
+    table: pd.DataFrame
+    curves: pd.DataFrame
+    pairs: list[tuple[str, str]]
+    left_out: list[str] = field(default_factory=list)
+    resamples: int = 0
+
+
+def _row_time(times: dict[int, float]) -> float:
+    """Mean over seeds; infinite when a seed never reached the target (or there are none)."""
+    vals = list(times.values())
+    if not vals or any(math.isinf(v) or v != v for v in vals):
+        return math.inf
+    return sum(vals) / len(vals)
+
+
+def profile_score(ratios: list[float], tau_max: float = TAU_MAX) -> float:
+    """The integral of the profile over tau in [1, tau_max], normalized to [0, 1]."""
+    if not ratios:
+        return math.nan
+    return sum(max(0.0, tau_max - max(1.0, r)) for r in ratios) / ((tau_max - 1.0) * len(ratios))
+
+
+def _ratios(times: np.ndarray) -> np.ndarray:
+    """rows x pairs times -> ratios to each pair's best (inf where not reached or nobody reached)."""
+    best = np.min(times, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = times / best
+    r[~np.isfinite(r)] = np.inf
+    return r
+
+
+def benchmark_score(
+    agg: pd.DataFrame,
+    *,
+    tier: str = "quick",
+    networks: list[str] | None = None,
+    resamples: int = 200,
+    seed: int = 0,
+    taus: np.ndarray | None = None,
+) -> ScoreResult:
+    """Performance profiles and scores of the rows of ``agg`` (:func:`leaderboard.statistics.aggregate`)
+    in ``tier`` (see the module docstring)."""
+    sub = agg[(agg["tier"] == tier) & (agg["n"] > 0)]
+    profiles = networks or network_profiles(sub)
+    profiles = [p for p in profiles if f"times@{p}" in sub]
+    taus = np.linspace(1.0, TAU_MAX, 301) if taus is None else taus
+    empty = ScoreResult(
+        pd.DataFrame(columns=[*ROW, "score", "row"]), pd.DataFrame(columns=["row", "tau", "fraction"]), []
+    )
+    if sub.empty or not profiles:
+        return empty
+    tasks = sorted(sub["task"].unique())
+    keys = sub[ROW].drop_duplicates().itertuples(index=False, name=None)
+    rows, left_out = [], []
+    for k in keys:
+        have = set(sub.loc[(sub[ROW] == pd.Series(k, index=ROW)).all(axis=1), "task"])
+        (rows if have == set(tasks) else left_out).append(k)
+    if not rows:
+        return ScoreResult(empty.table, empty.curves, [], [_name(k) for k in left_out])
+    pairs = [(t, p) for t in tasks for p in profiles]
+    by_key: dict[tuple, dict] = {}
+    for r in sub.sort_values("n", kind="stable").to_dict("records"):  # per task, the setup with the most seeds
+        by_key[(r["task"], *[r[c] for c in ROW])] = r
+    seed_times = [[by_key[(t, *k)][f"times@{p}"] or {} for t, p in pairs] for k in rows]
+    times = np.array([[_row_time(st) for st in row] for row in seed_times])
+    ratios = _ratios(times)
+    scores = [profile_score(list(r)) for r in ratios]
+    # bootstrap over seeds: each row's seeds drawn with replacement, per pair from the same draw per task
+    rng = random.Random(seed)
+    boot = np.zeros((resamples, len(rows)))
+    for b in range(resamples):
+        t_b = np.empty_like(times)
+        for i, row in enumerate(seed_times):
+            draws: dict[str, list[int]] = {}
+            for j, ((task, _p), st) in enumerate(zip(pairs, row)):
+                seeds = sorted(st)
+                if task not in draws:
+                    draws[task] = [rng.randrange(len(seeds)) for _ in seeds] if seeds else []
+                idx = draws[task]
+                t_b[i, j] = _row_time({n: st[seeds[x]] for n, x in enumerate(idx)}) if seeds else math.inf
+        boot[b] = [profile_score(list(r)) for r in _ratios(t_b)]
+    first = np.argmax(boot, axis=1) if resamples else np.array([], dtype=int)
+    table = pd.DataFrame(
+        {
+            "entry": [k[0] for k in rows],
+            "compressor": [k[1] for k in rows],
+            "score": scores,
+            "score_sd": boot.std(axis=0, ddof=1) if resamples > 1 else math.nan,
+            "score_p5": np.percentile(boot, 5, axis=0) if resamples else math.nan,
+            "score_p95": np.percentile(boot, 95, axis=0) if resamples else math.nan,
+            "first_in": [float(np.mean(first == i)) if resamples else math.nan for i in range(len(rows))],
+            "pairs_fastest": [int(np.sum(r == 1.0)) for r in ratios],
+            "pairs_reached": [int(np.sum(np.isfinite(r))) for r in ratios],
+            "n_pairs": len(pairs),
+            "seeds": [min((len(st) for st in row), default=0) for row in seed_times],
+        }
+    )
+    label = {k: _name(k) for k in rows}
+    table["row"] = [label[k] for k in rows]
+    table = table.sort_values(["score", "row"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    curves = pd.DataFrame(
+        [(label[k], float(tau), float(np.mean(r <= tau))) for k, r in zip(rows, ratios) for tau in taus],
+        columns=["row", "tau", "fraction"],
+    )
+    return ScoreResult(table, curves, pairs, [_name(k) for k in left_out], resamples)
+
+
+def _name(key: tuple) -> str:
+    entry, compressor = key
+    return f"{entry} / {compressor}"

@@ -1,0 +1,70 @@
+"""The benchmark score: performance profiles over (task, network) pairs on a hand-made store
+whose answer is known (issue 24, item 5)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from leaderboard.score import benchmark_score, profile_score
+
+INF = math.inf
+
+
+def _agg(times: dict[tuple[str, str], dict[str, dict[int, float]]]) -> pd.DataFrame:
+    """times[(task, compressor)][network] = {seed: seconds}."""
+    rows = []
+    for (task, comp), per_net in times.items():
+        row = {"task": task, "tier": "quick", "entry": "e", "compressor": comp, "setup": "", "n": 3}
+        for net, ts in per_net.items():
+            row[f"times@{net}"] = ts
+            row[f"time_to_target_s@{net}"] = math.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_profile_score_integrates_the_step_function():
+    assert profile_score([1.0, 1.0]) == 1.0
+    assert profile_score([2.0]) == pytest.approx(2 / 3)  # rho = 1 on [2, 4]: 2 of the 3 units
+    assert profile_score([4.0, INF]) == 0.0
+    assert profile_score([1.0, INF]) == 0.5
+
+
+def test_scores_curves_and_pairs_on_a_known_store():
+    s = {0: 10.0, 1: 10.0, 2: 10.0}
+    times = {
+        # task a: A fastest, B twice as slow, C never reaches the target on one seed
+        ("a", "A"): {"fast": s, "slow": {k: 20.0 for k in s}},
+        ("a", "B"): {"fast": {k: 20.0 for k in s}, "slow": {k: 20.0 for k in s}},
+        ("a", "C"): {"fast": {0: 5.0, 1: 5.0, 2: INF}, "slow": {k: 80.0 for k in s}},
+        # task b: everyone equal
+        ("b", "A"): {"fast": s, "slow": s},
+        ("b", "B"): {"fast": s, "slow": s},
+        ("b", "C"): {"fast": s, "slow": s},
+        ("b", "D"): {"fast": s, "slow": s},  # D did not run task a: left out, not scored as never reaching
+    }
+    r = benchmark_score(_agg(times), resamples=20)
+    assert r.pairs == [("a", "fast"), ("a", "slow"), ("b", "fast"), ("b", "slow")]
+    assert r.left_out == ["e / D"]
+    got = dict(zip(r.table["compressor"], r.table["score"]))
+    # ratios A: 1, 1, 1, 1; B: 2, 1, 1, 1; C: inf (a seed never reached), 4, 1, 1
+    assert got["A"] == pytest.approx(1.0)
+    assert got["B"] == pytest.approx((2 / 3 + 3) / 4)
+    assert got["C"] == pytest.approx(2 / 4)
+    assert list(r.table["compressor"]) == ["A", "B", "C"]
+    curve = r.curves[r.curves["row"] == "e / B"].set_index("tau")["fraction"]
+    assert curve.loc[1.0] == 0.75 and curve.loc[2.0] == 1.0
+    # C's unreached seed makes its score move under resampling; a draw without it makes C (5 s) the
+    # best on (a, fast), so A's ratio there moves to 2 as well, yet A stays first in every draw
+    sd = dict(zip(r.table["compressor"], r.table["score_sd"]))
+    assert sd["C"] > 0.0 and sd["A"] > 0.0
+    assert r.table.set_index("compressor").loc["A", "first_in"] == 1.0
+
+
+def test_resampling_is_reproducible():
+    times = {("a", "A"): {"n": {0: 9.0, 1: 11.0, 2: 10.0}}, ("a", "B"): {"n": {0: 10.0, 1: 12.0, 2: 9.5}}}
+    one = benchmark_score(_agg(times), resamples=50, seed=3).table
+    two = benchmark_score(_agg(times), resamples=50, seed=3).table
+    pd.testing.assert_frame_equal(one, two)
