@@ -86,7 +86,7 @@ def _word(v: Any) -> str:
 
 def setup_label(record: dict[str, Any]) -> str:
     """The run setup of a record besides its compressor, as a short stable string, e.g.
-    ``"4 stages, 1f1b, M=4, single, cpu"`` (+ ``", dp=2"``, ``", 200 steps"``, ``", warm-up 10"``
+    ``"4 stages, 1f1b, M=4, single, cpu"`` (+ ``", dp=2"``, ``", tp=2"``, ``", 200 steps"``, ``", warm-up 10"``
     when set).
 
     Stages, schedule, micro-batches, mode, device and dp come from the record's ``run`` (what
@@ -107,6 +107,8 @@ def setup_label(record: dict[str, Any]) -> str:
     parts.append(_word(run.get("mode")) or _word(cfg.get("mode")))
     parts.append(_word(run.get("device")) or _word(cfg.get("device")))
     parts.append(f"dp={dp}" if dp and dp != 1 else "")  # dp=1 is the default: not worth a word
+    tp = _pos_int(cfg.get("tp"))
+    parts.append(f"tp={tp}" if tp and tp != 1 else "")  # tensor-parallel ranks per stage (issue 25)
     parts.append(f"{steps} steps" if steps else "")
     parts.append(f"warm-up {warmup}" if warmup else "")
     hosts, link = _pos_int(cfg.get("nnodes")), _word(cfg.get("link"))
@@ -118,6 +120,7 @@ def setup_label(record: dict[str, Any]) -> str:
 _SETUP_CONFIG_KEYS = (
     "stages",
     "dp",
+    "tp",
     "schedule",
     "microbatches",
     "compress_warmup_steps",
@@ -182,10 +185,21 @@ def _spec_label(specs: dict[str, Any], fallback: str) -> str:
     pipe = {d: resolved[d] for d in ("forward", "backward") if resolved[d]}
     if not pipe:
         return fallback
+    # tensor-parallel reductions (issue 25): " | tp <spec>", or " | tp fwd=..,bwd=.." when they differ
+    tp = {d: resolved[d] or "none" for d in ("tp_forward", "tp_backward")}
+    tp_label = ""
+    if set(tp.values()) != {"none"}:
+        same = tp["tp_forward"] == tp["tp_backward"]
+        tp_label = " | tp " + (tp["tp_forward"] if same else f"fwd={tp['tp_forward']},bwd={tp['tp_backward']}")
     if len(set(pipe.values())) == 1 and resolved["dp"] in ("", "none"):
-        return next(iter(pipe.values()))
+        return next(iter(pipe.values())) + tp_label
     short = {"forward": "fwd", "backward": "bwd", "dp": "dp"}
-    return ",".join(f"{short[d]}={v}" for d, v in resolved.items() if v and not (d == "dp" and v == "none"))
+    return (
+        ",".join(
+            f"{short[d]}={resolved[d]}" for d in short if resolved[d] and not (d == "dp" and resolved[d] == "none")
+        )
+        + tp_label
+    )
 
 
 def _modeled(r: dict[str, Any]) -> tuple[dict[str, Any], float]:
