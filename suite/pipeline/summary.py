@@ -25,6 +25,7 @@ from suite.results.network.timing_inputs import (
     StageCost,
     StepLoad,
     TimingInputs,
+    TPLoad,
     encode_steps,
     interpolate_target_step,
     quantile,
@@ -115,6 +116,11 @@ def _measurement(reports: list[dict[str, Any]], steps: int) -> dict[str, Any]:
     }
 
 
+def tp_step_key(stage: int, direction: str) -> str:
+    """All tensor-parallel reductions of ``stage`` in ``direction`` (summary's own key)."""
+    return f"tp.s{stage}.*.{direction}"
+
+
 def timing_inputs(
     config: CellConfig,
     meter: ByteMeter,
@@ -143,6 +149,13 @@ def timing_inputs(
         for kind in ("allreduce", "allgather"):
             k = dp_key(s, kind)
             per[k] = (meter.per_step(k, steps), meter.per_step(k, steps, field=2))
+    T = config.tp
+    if T > 1:  # every reduction of a stage, per direction: one TP rank's sends per micro-batch
+        for s in range(S):
+            for d in ("forward", "backward"):
+                keys = [k for k in meter.keys() if k.startswith(f"tp.s{s}.") and k.endswith(f".{d}")]
+                cols = [(meter.per_step(k, steps), meter.per_step(k, steps, field=2)) for k in keys]
+                per[tp_step_key(s, d)] = tuple([sum(c[f][i] for c in cols) for i in range(steps)] for f in (0, 1))
     loads = []
     for i in range(steps):
         links = tuple(
@@ -163,7 +176,17 @@ def timing_inputs(
             )
             for s in range(S)
         )
-        loads.append(StepLoad(links, dp))
+        tp = tuple(
+            TPLoad(
+                fwd_bytes=per[tp_step_key(s, "forward")][0][i] / (D * M * T),
+                bwd_bytes=per[tp_step_key(s, "backward")][0][i] / (D * M * T),
+                fwd_messages=per[tp_step_key(s, "forward")][1][i] / (D * M * T),
+                bwd_messages=per[tp_step_key(s, "backward")][1][i] / (D * M * T),
+            )
+            for s in range(S)
+            if T > 1
+        )
+        loads.append(StepLoad(links, dp, tp))
     warmup = min(config.compress_warmup_steps, steps)
     distinct, counts = encode_steps(loads, warmup)
     return TimingInputs(

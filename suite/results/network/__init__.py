@@ -50,7 +50,7 @@ The names below are the package's public API (``from suite.results.network impor
 from __future__ import annotations
 
 from .model import MODEL_VERSION, model_record, model_run, run_step_times
-from .profiles import IDEAL, PROFILES, NetworkProfile, get_profile
+from .profiles import IDEAL, INTRA_HOST, PROFILES, IntraHostLink, NetworkProfile, get_profile, with_intra
 from .ring import dp_time
 from .simulation import simulate_step, step_time
 from .timing_inputs import (
@@ -62,6 +62,7 @@ from .timing_inputs import (
     StageCost,
     StepLoad,
     TimingInputs,
+    TPLoad,
     encode_steps,
     interpolate_target_step,
     quantile,
@@ -73,6 +74,10 @@ __all__ = [
     "PROFILES",
     "IDEAL",
     "get_profile",
+    "IntraHostLink",
+    "INTRA_HOST",
+    "with_intra",
+    "TPLoad",
     "ActionCost",
     "StageCost",
     "Protocol",

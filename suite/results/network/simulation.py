@@ -323,8 +323,19 @@ class _Sim:
 
     def _run_body(self, r: int) -> None:
         stage, kind, m = self.schedule[r][self.pos[r]]
-        busy = self.stages[stage].of(kind).busy_s
+        busy = self.stages[stage].of(kind).busy_s + self._tp_s(stage, kind)
         self.at(self.now + busy, lambda t: self._finish_action(r, stage, kind, m))
+
+    def _tp_s(self, stage: int, kind: str) -> float:
+        """Tensor-parallel all-reduces inside an action: blocking (the next layer needs their sum),
+        over the intra-host link, each rank sending its contributions to its TP peers
+        (suite.pipeline.tensor_parallel); forward ones in F, gradient ones in B."""
+        if stage >= len(self.load.tp) or kind not in ("F", "B"):
+            return 0.0
+        tp = self.load.tp[stage]
+        nbytes, msgs = (tp.fwd_bytes, tp.fwd_messages) if kind == "F" else (tp.bwd_bytes, tp.bwd_messages)
+        intra = self.net.intra
+        return intra.serialize_s(nbytes) + msgs * intra.latency_s
 
     def _finish_action(self, r: int, stage: int, kind: str, m: int) -> None:
         dst = self._peer(kind, stage, receive=False)

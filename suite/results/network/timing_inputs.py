@@ -22,6 +22,7 @@ __all__ = [
     "PROTOCOLS",
     "LinkLoad",
     "DPLoad",
+    "TPLoad",
     "StepLoad",
     "TimingInputs",
     "encode_steps",
@@ -105,11 +106,24 @@ class DPLoad:
 
 
 @dataclass(frozen=True)
+class TPLoad:
+    """Per micro-batch tensor-parallel traffic of one stage, sent by one TP rank over the
+    intra-host link: during its forward (``fwd_*``) and during its backward (``bwd_*``)."""
+
+    fwd_bytes: float = 0.0
+    bwd_bytes: float = 0.0
+    fwd_messages: float = 0.0
+    bwd_messages: float = 0.0
+
+
+@dataclass(frozen=True)
 class StepLoad:
-    """Traffic of one training step: one LinkLoad per boundary, one DPLoad per stage."""
+    """Traffic of one training step: one LinkLoad per boundary, one DPLoad per stage, one
+    TPLoad per stage in tensor-parallel runs (empty otherwise)."""
 
     links: tuple[LinkLoad, ...]
     dp: tuple[DPLoad, ...] = ()
+    tp: tuple[TPLoad, ...] = ()
 
 
 @dataclass
@@ -179,7 +193,11 @@ class TimingInputs:
 
 
 def _step_load(s: Mapping[str, Any]) -> StepLoad:
-    return StepLoad(tuple(LinkLoad(**l) for l in s["links"]), tuple(DPLoad(**p) for p in s["dp"]))
+    return StepLoad(
+        tuple(LinkLoad(**l) for l in s["links"]),
+        tuple(DPLoad(**p) for p in s["dp"]),
+        tuple(TPLoad(**t) for t in s.get("tp", ())),
+    )
 
 
 def _from_v1(d: Mapping[str, Any]) -> TimingInputs:
@@ -215,6 +233,7 @@ def _mean_load(loads: list[StepLoad]) -> StepLoad:
     return StepLoad(
         tuple(mean([l.links[i] for l in loads], LinkLoad) for i in range(len(loads[0].links))),
         tuple(mean([l.dp[i] for l in loads], DPLoad) for i in range(len(loads[0].dp))),
+        tuple(mean([l.tp[i] for l in loads], TPLoad) for i in range(len(loads[0].tp))),
     )
 
 
