@@ -11,6 +11,12 @@ imports overlap), the fork, the task's data and model.
 ``extra_info``: the median and minimum over rounds of start -> first step and of the whole
 command, the 1-minute load average before and after, and the CPU count. Run with
 ``pytest benchmarks/test_startup.py -s`` (needs the CIFAR-10 data: ``MPCBENCH_DATA_DIR``).
+
+Anchors (issue 28: start-up within 1.5x of importing torch): every round also times
+``python -c "import torch"`` and ``python -c "import torch, torchvision"`` (what a cifar10
+cell cannot start without: its ResNet-18 comes from torchvision, whose import also imports
+``torch._dynamo``), in alternating order with the command, so all three see the same load;
+the ratios of each round (first step / anchor) are reported as min / median / max.
 """
 
 from __future__ import annotations
@@ -50,6 +56,55 @@ def _one(tmp: Path, data: Path) -> tuple[float, float]:
     m = TRACE.search(text)
     assert m, f"no first-step trace in the cell log: {text[-500:]}"
     return float(m.group(1)) - t0, total
+
+
+ANCHORS = {"import torch": "import torch", "import torch, torchvision": "import torch, torchvision"}
+
+
+def _anchor(code: str) -> float:
+    t0 = time.time()
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, timeout=300)
+    return time.time() - t0
+
+
+def test_smoke_cell_first_step_vs_import_torch(benchmark, tmp_path):
+    """Interleaved rounds: the smoke cell's start -> first step against the anchors."""
+    data = _data_dir()
+    if data is None:
+        pytest.skip("CIFAR-10 not found (set MPCBENCH_DATA_DIR)")
+    load_before = os.getloadavg()[0]
+    firsts: list[float] = []
+    anchors: dict[str, list[float]] = {k: [] for k in ANCHORS}
+
+    def rounds() -> None:
+        for r in range(ROUNDS):
+            order = list(ANCHORS.items())
+            if r % 2:
+                order.reverse()
+            if r % 2:
+                firsts.append(_one(tmp_path, data)[0])
+            for name, code in order:
+                anchors[name].append(_anchor(code))
+            if not r % 2:
+                firsts.append(_one(tmp_path, data)[0])
+
+    benchmark.pedantic(rounds, rounds=1, iterations=1)
+    info: dict[str, float] = {"load_1m_before": load_before, "load_1m_after": os.getloadavg()[0]}
+    lines = []
+    for name, times in anchors.items():
+        ratios = sorted(f / a for f, a in zip(firsts, times))
+        key = name.replace("import ", "").replace(", ", "_")
+        info.update(
+            {f"ratio_{key}_min": ratios[0], f"ratio_{key}_median": median(ratios), f"ratio_{key}_max": ratios[-1]}
+        )
+        info[f"{key}_s_median"] = median(times)
+        lines.append(f"vs `{name}` ({median(times):.2f} s): {ratios[0]:.2f} / {median(ratios):.2f} / {ratios[-1]:.2f}")
+    benchmark.extra_info.update(first_step_s_median=median(firsts), rounds=ROUNDS, **info)
+    print(
+        f"\nstart -> first step median {median(firsts):.2f} s; ratio min / median / max "
+        + "; ".join(lines)
+        + f"; load {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
+    )
 
 
 def test_smoke_cell_first_step(benchmark, tmp_path):
