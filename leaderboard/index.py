@@ -246,9 +246,8 @@ def committed_index_status(records_dir: str | Path) -> dict[str, str]:
     if manifest is None:
         return {d.name: "no committed index" for d in _entry_dirs(root)}
     if {k: manifest.get(k) for k in _versions()} != _versions():
-        return {
-            d.name: f"built with {manifest.get('version')}/{manifest.get('model_version')}" for d in _entry_dirs(root)
-        }
+        was = {k: manifest.get(k) for k in _versions()}
+        return {d.name: f"built by other code: {was} (now {_versions()})" for d in _entry_dirs(root)}
     entries = manifest.get("entries", {})
     for d in _entry_dirs(root):
         got = entries.get(d.name)
