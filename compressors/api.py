@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping
 
 import torch
@@ -212,6 +213,13 @@ class Compressor:
     fixed_size: ClassVar[bool] = False
 
     spec: str = ""  # the canonical spec string it was built from (set by the registry)
+    # Options it asks of the task's model features, per feature (e.g. ``subspace(ratio=0.5)``:
+    # ``{"residual_subspace": {"ratio": 0.5}}``); one model serves every boundary, so the plan
+    # refuses two specs that ask different options. Set it in ``__init__``.
+    feature_options: Mapping[str, Mapping[str, Any]] = MappingProxyType({})
+    # The compressor a wrapper (``ef(...)``) applies inside it: its roles, requires and
+    # feature_options count too. None for a plain compressor.
+    inner: Compressor | None = None
 
     def compress(self, x: Tensor, info: TensorInfo) -> Payload:
         """Encode ``x`` (shape ``info.shape``) into a payload of tensors."""
@@ -271,6 +279,11 @@ class Compressor:
     def state_nbytes(self) -> int:
         """Memory held as state (for reporting; 0 for stateless compressors)."""
         return 0
+
+    def stats(self) -> Mapping[str, float]:
+        """Counters to report, summed over this process's instances into the record's
+        ``compressor_stats`` (e.g. AQ-SGD's rows sent as deltas vs in full). Default: none."""
+        return {}
 
     def __repr__(self) -> str:
         return self.spec or f"{type(self).__name__}()"

@@ -26,7 +26,7 @@ import inspect
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pytest
 import torch
@@ -158,7 +158,7 @@ def plugin_compressors(target: str) -> list[str]:
     return sorted(names)
 
 
-def contract_cases(specs: list[str] = (), plugins: list[str] = ()) -> list[Case]:
+def contract_cases(specs: Sequence[str] = (), plugins: Sequence[str] = ()) -> list[Case]:
     """The compressors to test: ``specs``, else the plugins' compressors, else every registered name."""
     for p in plugins:
         load_plugin(p)
@@ -198,7 +198,7 @@ def _only(predicate: Callable[[Case], bool], who: str) -> Callable:
     """Decorator: the test applies only to compressors for which ``predicate`` holds (``who``: which ones)."""
 
     def deco(fn: Callable) -> Callable:
-        fn._contract_filter = (predicate, who)
+        setattr(fn, "_contract_filter", (predicate, who))  # noqa: B010 (an attribute of a function: typed code cannot assign it)
         return fn
 
     return deco

@@ -63,7 +63,7 @@ _PLUGIN_ERRORS: dict[str, str] = {}  # entry-point name -> one-line import error
 # Private plugin module copies (see private_plugin_modules): the realm build() is in, and the
 # copies made so far, (realm, module name) -> module. Built-in compressors are never copied.
 _REALM: list[Any] = [None]
-_COPIES: dict[tuple[Any, str], Any] = {}
+_COPIES: dict[tuple[Any, str, int], Any] = {}
 _COPYING = [False]  # register() is a no-op while a copy's module body runs
 _DISCOVERED = False
 C = TypeVar("C", bound=type[Compressor])

@@ -135,13 +135,10 @@ def _to_spec(node: ast.AST, text: str) -> Spec:
 def _to_value(node: ast.AST, text: str) -> Any:
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool)):
         return node.value
-    if (
-        isinstance(node, ast.UnaryOp)
-        and isinstance(node.op, ast.USub)
-        and isinstance(node.operand, ast.Constant)
-        and type(node.operand.value) in (int, float)
-    ):
-        return -node.operand.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+        value = node.operand.value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return -value
     if isinstance(node, ast.Name):
         return _WORDS.get(node.id, node.id)  # bare word: string (or a nested spec, decided at build)
     if isinstance(node, ast.Call):

@@ -32,7 +32,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 __all__ = ["find_chromium", "free_port", "serve", "Browser", "view_query", "capture", "main"]
 
@@ -93,7 +93,7 @@ def _stop(proc: subprocess.Popen, grace: float = 3.0) -> None:
 
 @contextlib.contextmanager
 def serve(
-    app_args: list[str] = (), *, port: int | None = None, timeout: float = 60.0, env: dict | None = None
+    app_args: Sequence[str] = (), *, port: int | None = None, timeout: float = 60.0, env: dict | None = None
 ) -> Iterator[str]:
     """Run ``streamlit run leaderboard/app.py -- *app_args`` headless; yield its URL; stop it after."""
     port = port or free_port()
@@ -316,7 +316,7 @@ def capture(
     app_args: list[str],
     out: str | Path,
     *,
-    wait_for: list[str] = ("Ranking",),
+    wait_for: Sequence[str] = ("Ranking",),
     width: int = 1800,
     timeout: float = 60.0,
     query: dict[str, str] | None = None,

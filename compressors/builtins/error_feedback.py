@@ -86,6 +86,8 @@ _HINT = " (or use memory=microbatch)"
 class _Wrapper(Compressor):
     """Shared plumbing: validate and hold the inner compressor and its mirror."""
 
+    inner: Compressor  # always set: a wrapper without its inner compressor is refused at build
+
     def __init__(self, inner: Compressor, memory: str = "auto") -> None:
         self.memory = check_choice(type(self).name, "memory", memory, MEMORIES)
         self._rows = SampleMemory()  # per-sample states (memory=sample / auto for activations)

@@ -303,11 +303,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         "-v",
         "-rfEs",
         "--tb=short",
-        "--plugin",
+        "--mpcbench-plugin",  # the plugin's own spelling: this runs in the author's directory, not the checkout
         target,
     ]
     for spec in args.spec:
-        argv += ["--compressor", spec]
+        argv += ["--mpcbench-compressor", spec]
     if not any(ep.name == "mpcbench" for ep in importlib.metadata.entry_points(group="pytest11")):
         argv += ["-p", "suite.bench.pytest_plugin"]  # not pip-installed: the options come from here
     print(

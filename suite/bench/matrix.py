@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 # the options that override one CellConfig field in every selected cell (--stages, --device, ...)
-CELL_OPTIONS = tuple((o.field, o.cell) for o in RUN_OPTIONS if o.cell is not None)
+CELL_OPTIONS = tuple((o.field, o.cell) for o in RUN_OPTIONS if o.field is not None and o.cell is not None)
 
 
 @dataclass(frozen=True)
@@ -116,10 +116,10 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
     user = _user_plans(sel)
     if user:
         entries = ([Entry(CompressionPlan())] if sel.baseline else []) + user
-        for e in tier.entries:  # a user spec equal to a tier entry keeps the entry's settings
+        for listed in tier.entries:  # a user spec equal to a tier entry keeps the entry's settings
             for i, u in enumerate(entries):
-                if _same_plan(u.plan, e.plan):
-                    entries[i] = Entry(e.plan, None, e.settings)
+                if _same_plan(u.plan, listed.plan):
+                    entries[i] = Entry(listed.plan, None, listed.settings)
     else:
         entries = list(tier.entries)
         if any(v is not None for v in (sel.backward, sel.dp, sel.tp_forward, sel.tp_backward)):

@@ -1,8 +1,9 @@
 """The run options, declared once: ``mpcbench run``, ``pytest suite`` and :class:`Selection` come from this table.
 
 Each :class:`Option` row is one command-line option. :func:`add_to_argparse` adds the rows
-to ``mpcbench run``; :func:`add_to_pytest` adds the same rows to ``pytest suite`` (also
-spelled ``--mpcbench-<name>``); :class:`Selection` (what to run) has one field per row that
+to ``mpcbench run``; :func:`add_to_pytest` adds the same rows to pytest as
+``--mpcbench-<name>`` (the plugin, in every pytest session of the environment), and
+:func:`add_short_pytest_aliases` as ``--<name>`` too (this checkout's ``conftest.py`` only); :class:`Selection` (what to run) has one field per row that
 has a ``field``; :func:`selection_from` turns either front end's parsed values into it.
 
 To add an option, add one row:
@@ -37,12 +38,15 @@ __all__ = [
     "selection_from",
     "add_to_argparse",
     "add_to_pytest",
+    "add_short_pytest_aliases",
+    "pytest_flag",
     "values_from_pytest",
     "PYTEST_DEST_PREFIX",
     "DEFAULT_STORE",
 ]
 
 PYTEST_DEST_PREFIX = "mpcbench_"  # pytest's namespace is shared with other plugins
+PYTEST_PREFIX = "--mpcbench-"  # the plugin's spelling of every option (pytest_flag)
 # Bounds on what one command may ask for (each refused with one line before anything runs):
 MAX_SEEDS = 1000  # seeds per run (a seed itself is at most suite.results.records.MAX_SEED)
 MAX_CELLS = 10_000  # cells one run plans (the full matrix is a few hundred)
@@ -328,37 +332,68 @@ RUN_OPTIONS: tuple[Option, ...] = (
 )
 
 
-def _selection_fields() -> list[tuple[str, Any, dataclasses.Field]]:
-    out = []
-    for o in RUN_OPTIONS:
-        if o.field is None:
-            continue
-        if o.repeat:
-            typ: Any = "tuple[str, ...]"
-            default: Any = dataclasses.field(default=())
-        else:
-            typ = "bool" if o.type is bool else f"{o.type.__name__} | None"
-            value = o.field_default if o.field_default is not None else (False if o.type is bool else o.default)
-            default = dataclasses.field(default=value)
-        out.append((o.field, typ, default))
-    return out
+@dataclass(frozen=True)
+class Selection:
+    """What to run, from the command line (``mpcbench run`` or ``pytest suite``): one field per
+    row of :data:`RUN_OPTIONS` that has a ``field``, in the table's order (checked at import).
+
+    ``compressors`` are user specs; each becomes a plan with ``forward = backward = spec``
+    unless ``backward`` / ``dp`` override it. ``forward`` alone (no ``compressors``) adds one
+    plan. Without user specs the tier's entries run (with ``backward`` / ``dp`` overriding
+    every entry when given). ``baseline`` adds the ``none`` plan next to user specs so the
+    report has something to compare with (already-stored cells are skipped anyway). Seeds
+    arrive parsed (a tuple of ints); paths absolute.
+    """
+
+    tier: str = "smoke"
+    tasks: tuple[str, ...] = ()
+    compressors: tuple[str, ...] = ()
+    forward: str | None = None
+    backward: str | None = None
+    dp: str | None = None
+    seeds: tuple[int, ...] | None = None
+    mode: str = "single"
+    device: str | None = None
+    stages: int | None = None
+    dp_size: int | None = None
+    schedule: str | None = None
+    microbatches: int | None = None
+    steps: int | None = None
+    nnodes: int | None = None
+    node_rank: int | None = None
+    rdzv_endpoint: str | None = None
+    link: str | None = None
+    plugins: tuple[str, ...] = ()
+    data_dir: str | None = None
+    cell_timeout_s: float | None = None
+    baseline: bool = True
+    matrix_path: str | None = None
+    check_consistency: bool = False
 
 
-# Seeds arrive parsed (a tuple of ints); the rest as the row declares.
-Selection = dataclasses.make_dataclass("Selection", _selection_fields(), frozen=True)
-Selection.__module__ = __name__  # (make_dataclass takes module= only from Python 3.12)
-Selection.__doc__ = """What to run, from the command line (``mpcbench run`` or ``pytest suite``): one field per
-row of :data:`RUN_OPTIONS` that has a ``field``.
+def _check_selection_matches_the_table() -> None:
+    """Every option row with a ``field`` is a :class:`Selection` field of the same default, in
+    order, and the other way round: a row added without its field fails at import, not in a run."""
+    fields = dataclasses.fields(Selection)
+    rows = [o for o in RUN_OPTIONS if o.field is not None]
+    if [f.name for f in fields] != [o.field for o in rows]:
+        raise TypeError(
+            f"Selection's fields {[f.name for f in fields]} != the option table's {[o.field for o in rows]}"
+        )
+    for f, o in zip(fields, rows):
+        want = (
+            ()
+            if o.repeat
+            else (o.field_default if o.field_default is not None else (False if o.type is bool else o.default))
+        )
+        if f.default != want:
+            raise TypeError(f"Selection.{f.name} defaults to {f.default!r}, the option table's {o.flag} to {want!r}")
 
-``compressors`` are user specs; each becomes a plan with ``forward = backward = spec``
-unless ``backward`` / ``dp`` override it. ``forward`` alone (no ``compressors``) adds one
-plan. Without user specs the tier's entries run (with ``backward`` / ``dp`` overriding
-every entry when given). ``baseline`` adds the ``none`` plan next to user specs so the
-report has something to compare with (already-stored cells are skipped anyway).
-"""
+
+_check_selection_matches_the_table()
 
 
-def selection_from(values: Mapping[str, Any], base: Path | str = ".") -> Any:
+def selection_from(values: Mapping[str, Any], base: Path | str = ".") -> Selection:
     """The :class:`Selection` for parsed option values keyed by :attr:`Option.dest`;
     relative paths start at ``base`` (where the command was started)."""
     base = Path(base)
@@ -370,11 +405,28 @@ def add_to_argparse(parser: argparse.ArgumentParser, options: tuple[Option, ...]
         parser.add_argument(o.flag, dest=o.dest, **o.add_kwargs())
 
 
+def pytest_flag(option: Option) -> str:
+    """The spelling every pytest session of the environment gets: ``--mpcbench-<name>``
+    (pytest's option namespace is shared by every installed plugin, as pytest-benchmark's
+    ``--benchmark-*`` are)."""
+    return PYTEST_PREFIX + option.flag[2:]
+
+
 def add_to_pytest(group: Any, taken: set[str], options: tuple[Option, ...] = RUN_OPTIONS) -> None:
-    """Each option as ``--name`` and ``--mpcbench-name`` (only the latter if another plugin owns the former)."""
+    """Each option as ``--mpcbench-<name>`` (the plugin's spelling, in every pytest session)."""
     for o in options:
-        names = [n for n in (o.flag, "--mpcbench-" + o.flag[2:]) if n not in taken]
-        group.addoption(*names, dest=PYTEST_DEST_PREFIX + o.dest, **o.add_kwargs())
+        if pytest_flag(o) not in taken:
+            group.addoption(pytest_flag(o), dest=PYTEST_DEST_PREFIX + o.dest, **o.add_kwargs())
+
+
+def add_short_pytest_aliases(group: Any, taken: set[str], options: tuple[Option, ...] = RUN_OPTIONS) -> None:
+    """Each option also as ``--<name>`` (``--tier``, ``--plugin``), the same destination: only this
+    checkout's ``conftest.py`` calls it, so ``pytest suite --tier quick`` works here while other
+    projects' pytest sessions keep their own ``--device`` or ``--tier``. A name another plugin
+    already owns is left to it (the prefixed spelling still works)."""
+    for o in options:
+        if o.flag not in taken:
+            group.addoption(o.flag, dest=PYTEST_DEST_PREFIX + o.dest, **o.add_kwargs())
 
 
 def values_from_pytest(option_namespace: Any) -> dict[str, Any]:

@@ -4,8 +4,9 @@
 parametrized here with one cell per (task, compressor plan, seed), ids like
 ``cifar10-topk(ratio=0.1)-seed0``. The options only register themselves; they do nothing
 unless a test asks for the ``mpcbench_cell`` fixture, so other pytest runs are unaffected.
-Every option also has an ``--mpcbench-`` prefixed spelling (``--mpcbench-tier``), which is
-the only spelling registered if another plugin already owns the short one.
+The plugin registers every option as ``--mpcbench-<name>`` only (``--mpcbench-tier``): it is
+loaded in every pytest session of the environment, whose ``--device`` or ``--tier`` belong to
+that project. Inside this checkout the root ``conftest.py`` adds the short spellings used below.
 
 Examples::
 
@@ -15,6 +16,7 @@ Examples::
     pytest suite --tier smoke --benchmark-json bench.json       # timings + extra_info
     pytest suite --tier quick --dry-run                         # each cell skipped with its state
     pytest suite --tier quick -n 2                              # 2 cells at once (pytest-xdist), pinned
+    pytest --pyargs suite --mpcbench-tier quick                 # outside the checkout: the prefixed spelling
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from .options import RUN_OPTIONS, add_to_pytest, selection_from, values_from_pytest
+from .options import RUN_OPTIONS, add_short_pytest_aliases, add_to_pytest, selection_from, values_from_pytest
 
-__all__ = ["selection_from_pytest", "OPTIONS"]
+__all__ = ["selection_from_pytest", "OPTIONS", "add_short_aliases"]
 
 OPTIONS = RUN_OPTIONS  # the same table as ``mpcbench run`` (suite.bench.options)
 
@@ -38,9 +40,16 @@ def _taken(parser: pytest.Parser) -> set[str]:
     return names
 
 
+GROUP = ("mpcbench", "mpcbench matrix (pytest suite --mpcbench-tier quick; --tier in the mpcbench checkout)")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("mpcbench", "mpcbench matrix (pytest suite --tier quick)")
-    add_to_pytest(group, _taken(parser))
+    add_to_pytest(parser.getgroup(*GROUP), _taken(parser))
+
+
+def add_short_aliases(parser: pytest.Parser) -> None:
+    """The unprefixed spellings (``--tier``), for this checkout's ``conftest.py``."""
+    add_short_pytest_aliases(parser.getgroup(*GROUP), _taken(parser))
 
 
 def pytest_configure(config: pytest.Config) -> None:

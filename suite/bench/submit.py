@@ -14,7 +14,10 @@ import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from suite.pipeline.config import CellConfig
 
 __all__ = ["Baselines", "missing_baselines", "screenshot_commands", "submit", "write_entry_yaml", "BASELINE_FILE"]
 
@@ -68,7 +71,8 @@ def missing_baselines(records: list[dict[str, Any]], here: str, entry: Path) -> 
     machine class; those of this machine class (``here``) can run now."""
     from leaderboard.frame import machine_label
 
-    have, need = set(), {}
+    have: set[tuple[str, str]] = set()  # (run setup, machine class)
+    need: dict[tuple[str, str], CellConfig] = {}
     for r in records:
         if r.get("status") != "ok" or not isinstance(r.get("config"), dict):
             continue

@@ -35,7 +35,12 @@ def predict(
 def attach_link_times(result: RunResult, link_name: str, rate_bps: float, profile_latency_s: float = 0.0) -> RunResult:
     """Fill ``result.network['measured']`` and ``['modeled']`` (see the module docstring)."""
     t = result.time
-    measured = {"step_s": t.step_s, "comm_s": t.comm_s, "compute_s": t.compute_s, "total_train_s": t.total_train_s}
+    measured: dict[str, float | None] = {
+        "step_s": t.step_s,
+        "comm_s": t.comm_s,
+        "compute_s": t.compute_s,
+        "total_train_s": t.total_train_s,
+    }
     if result.reached_target_step is not None:
         # measured training wall-clock until the evaluation that first met the target
         measured["time_to_target_s"] = next(

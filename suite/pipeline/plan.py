@@ -15,7 +15,7 @@ the trainer share one resolution.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Iterable, Literal, Mapping
 
 from compressors.api import Compressor, CompressorError, TensorRole
 from compressors.registry import build, get_class
@@ -285,18 +285,19 @@ def _resolve(plan: CompressionPlan, task: Any, n_stages: int, dp: int, tp: int =
     return ResolvedPlan(canonical, uses, features, names, not_applicable, _feature_options(built.values()))
 
 
-def _feature_options(built: Any) -> dict[str, dict[str, Any]]:
+def _feature_options(built: Iterable[tuple[Any, Compressor]]) -> dict[str, dict[str, Any]]:
     """What the built compressors (wrappers: their inner ones too) ask of the task's features.
     One model serves every boundary, so two specs asking different options are refused."""
     out: dict[str, dict[str, Any]] = {}
     for _tree, c in built:
-        while c is not None:
-            for feature, opts in (getattr(c, "feature_options", None) or {}).items():
+        node: Compressor | None = c
+        while node is not None:
+            for feature, opts in node.feature_options.items():
                 if feature in out and out[feature] != dict(opts):
                     raise ConfigError(
                         f"compressors ask for different {feature!r} options ({out[feature]} and {dict(opts)}); "
                         "use the same parameters for every direction and boundary"
                     )
                 out[feature] = dict(opts)
-            c = getattr(c, "inner", None)
+            node = node.inner
     return out

@@ -14,10 +14,11 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
 
+from compressors.api import Compressor
 from compressors.registry import private_plugin_modules
 from suite import settings
 from suite.schedules import Action, Kind, Schedule, build_schedule
@@ -66,13 +67,12 @@ def resolve_device(name: str, local_rank: int = 0, local_world: int = 1) -> torc
     return torch.device("cpu")
 
 
-def compressor_stats(instances: list[Any]) -> dict[str, float]:
-    """Sum of the counters compressors report through an optional ``stats()`` (e.g. AQ-SGD's
+def compressor_stats(instances: Iterable[Compressor]) -> dict[str, float]:
+    """Sum of the counters compressors report through ``Compressor.stats()`` (e.g. AQ-SGD's
     rows sent as deltas vs in full), over every instance of this process."""
     out: dict[str, float] = {}
     for c in instances:
-        stats = getattr(c, "stats", None)
-        for k, v in (stats() if callable(stats) else {}).items():
+        for k, v in c.stats().items():
             out[k] = out.get(k, 0) + v
     return out
 

@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                 except ValueError:
                     continue  # a torn last line
     current = json.loads(SPREAD_FILE.read_text()) if SPREAD_FILE.exists() else {"schema": SCHEMA, "about": ""}
-    current["spread"] = measure_spread(records, current.get("spread", []))
+    known = current.get("spread", [])
+    current["spread"] = measure_spread(records, known if isinstance(known, list) else [])
     text = json.dumps(current, indent=1) + "\n"
     if args.write:
         SPREAD_FILE.write_text(text)

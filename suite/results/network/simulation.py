@@ -5,6 +5,7 @@ See the package docstring (:mod:`suite.results.network`) for what it models. Pur
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import re
@@ -122,7 +123,8 @@ class _Fabric:
         self._version += 1
         if self.flows:
             t = self.sim.now + min(f[0] / f[4] for f in self.flows.values())
-            self.sim.at(t, lambda t, v=self._version: self._complete(v))
+            version = self._version
+            self.sim.at(t, lambda _t: self._complete(version))
 
     def _complete(self, version: int) -> None:
         if version != self._version:
@@ -180,7 +182,7 @@ class _Sim:
 
     def run(self) -> list[float]:
         for r in range(self.R):
-            self.at(0.0, lambda t, r=r: self._start_action(r))
+            self.at(0.0, functools.partial(lambda r, _t: self._start_action(r), r))
         while self._heap:
             self.now, _, fn = heapq.heappop(self._heap)
             fn(self.now)

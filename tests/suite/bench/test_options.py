@@ -8,7 +8,16 @@ import dataclasses
 import pytest
 
 from suite.bench.cli import CLI_RUN_OPTIONS, build_parser
-from suite.bench.options import RUN_OPTIONS, Choices, Option, Selection, add_to_argparse, add_to_pytest, selection_from
+from suite.bench.options import (
+    RUN_OPTIONS,
+    Choices,
+    Option,
+    Selection,
+    add_short_pytest_aliases,
+    add_to_argparse,
+    add_to_pytest,
+    selection_from,
+)
 
 
 class _Group:
@@ -28,19 +37,23 @@ def _run_flags() -> set[str]:
 
 
 def test_both_front_ends_accept_the_same_options():
-    group = _Group()
+    group, short = _Group(), _Group()
     add_to_pytest(group, taken=set())
-    pytest_flags = {n for n in group.added if not n.startswith("--mpcbench-")}
+    add_short_pytest_aliases(short, taken=set())
+    assert all(n.startswith("--mpcbench-") for n in group.added)  # the plugin: prefixed spellings only
+    pytest_flags = set(short.added)
     cli_only = {o.flag for o in CLI_RUN_OPTIONS}
     assert pytest_flags == _run_flags() - cli_only
     assert {"--forward", "--schedule", "--microbatches", "--dry-run"} <= pytest_flags  # missing from pytest before
-    assert {f"--mpcbench-{f[2:]}" for f in pytest_flags} <= set(group.added)
+    assert {f"--mpcbench-{f[2:]}" for f in pytest_flags} == set(group.added)
+    assert all(group.added[f"--mpcbench-{f[2:]}"] == short.added[f] for f in pytest_flags)  # same dest and kwargs
 
 
-def test_a_taken_name_is_registered_only_with_the_prefix():
-    group = _Group()
+def test_a_taken_name_keeps_its_owner_and_the_prefixed_spelling_works():
+    group, short = _Group(), _Group()
     add_to_pytest(group, taken={"--seeds"})
-    assert "--seeds" not in group.added and "--mpcbench-seeds" in group.added
+    add_short_pytest_aliases(short, taken={"--seeds"})
+    assert "--seeds" not in short.added and "--mpcbench-seeds" in group.added
 
 
 def test_selection_has_one_field_per_row_with_a_field():
@@ -86,6 +99,7 @@ def test_adding_an_option_is_one_row():
     add_to_argparse(p, RUN_OPTIONS + (row,))
     group = _Group()
     add_to_pytest(group, set(), RUN_OPTIONS + (row,))
+    add_short_pytest_aliases(group, set(), RUN_OPTIONS + (row,))
     assert p.parse_args(["--frobnicate", "3"]).frobnicate == 3
     assert {"--frobnicate", "--mpcbench-frobnicate"} <= set(group.added)
 
@@ -117,3 +131,16 @@ def test_the_ranking_rules_come_from_the_leaderboard():
     assert args.rule in RULES
     with pytest.raises(SystemExit):
         build_parser().parse_args(["report", "--rule", "best_vibes"])
+
+
+def test_an_option_row_and_the_selection_dataclass_cannot_drift(monkeypatch):
+    import suite.bench.options as options
+
+    options._check_selection_matches_the_table()  # the shipped table and dataclass agree
+    monkeypatch.setattr(options, "RUN_OPTIONS", options.RUN_OPTIONS + (Option("--new-thing", "new_thing"),))
+    with pytest.raises(TypeError, match="new_thing"):
+        options._check_selection_matches_the_table()
+    rows = tuple(dataclasses.replace(o, default="quick") if o.flag == "--tier" else o for o in RUN_OPTIONS)
+    monkeypatch.setattr(options, "RUN_OPTIONS", rows)
+    with pytest.raises(TypeError, match="Selection.tier defaults to 'smoke'"):
+        options._check_selection_matches_the_table()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -154,18 +155,34 @@ def test_options_do_not_interfere_with_other_runs(pytester):
     result = pytester.runpytest_inprocess(*INNER)
     result.assert_outcomes(passed=1)
     assert not (pytester.path / "results").exists()
+    # another project's pytest session: only the prefixed spellings (its own --device or --tier stay free)
     help_text = pytester.runpytest_inprocess(*INNER, "--help").stdout.str()
-    opts = (
-        "--tier",
-        "--mpcbench-tier",
-        "--compressor",
-        "--results",
-        "--cell-timeout",
-        "--plugin",
-        "--check-consistency",
+    for opt in ("tier", "compressor", "results", "cell-timeout", "plugin", "check-consistency", "device", "dry-run"):
+        assert f"--mpcbench-{opt}" in help_text
+        assert not re.search(rf"^  --{opt}\b", help_text, re.M)  # an option line, not a mention in a help text
+    pytester.makeconftest("def pytest_addoption(parser):\n    parser.addoption('--device', default='tpu')\n")
+    pytester.makepyfile(test_dev="def test_dev(request):\n    assert request.config.getoption('--device') == 'tpu'\n")
+    pytester.runpytest_inprocess(*INNER, "test_dev.py").assert_outcomes(passed=1)
+
+
+def test_this_checkout_adds_the_short_spellings(pytester):
+    # the root conftest.py of the checkout (loaded for paths inside it) adds --tier etc.
+    result = pytester.runpytest_inprocess(
+        str(SUITE), *INNER, "--tier", "smoke", "--task", "tiny", "--plugin", TINY, "--dry-run"
     )
-    for opt in opts:
-        assert opt in help_text
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    result = pytester.runpytest_inprocess(
+        str(SUITE),
+        *INNER,
+        "--mpcbench-tier",
+        "smoke",
+        "--mpcbench-task",
+        "tiny",
+        "--mpcbench-plugin",
+        TINY,
+        "--mpcbench-dry-run",
+    )
+    assert result.ret == 0, result.stdout.str()[-2000:]
 
 
 def test_bad_selection_is_a_one_line_collection_error(pytester):
