@@ -351,11 +351,14 @@ class Selection:
     forward: str | None = None
     backward: str | None = None
     dp: str | None = None
+    tp_forward: str | None = None
+    tp_backward: str | None = None
     seeds: tuple[int, ...] | None = None
-    mode: str = "single"
+    mode: str = "auto"
     device: str | None = None
     stages: int | None = None
     dp_size: int | None = None
+    tp_size: int | None = None
     schedule: str | None = None
     microbatches: int | None = None
     steps: int | None = None
