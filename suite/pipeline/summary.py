@@ -155,7 +155,8 @@ def timing_inputs(
             for d in ("forward", "backward"):
                 keys = [k for k in meter.keys() if k.startswith(f"tp.s{s}.") and k.endswith(f".{d}")]
                 cols = [(meter.per_step(k, steps), meter.per_step(k, steps, field=2)) for k in keys]
-                per[tp_step_key(s, d)] = tuple([sum(c[f][i] for c in cols) for i in range(steps)] for f in (0, 1))
+                nbytes, messages = ([sum(c[f][i] for c in cols) for i in range(steps)] for f in (0, 1))
+                per[tp_step_key(s, d)] = (nbytes, messages)
     loads = []
     for i in range(steps):
         links = tuple(
