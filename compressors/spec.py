@@ -104,11 +104,15 @@ def _parse(text: str) -> Spec:
     _check_shape(text)
     try:
         node = ast.parse(text, mode="eval").body
+        return _to_spec(node, text)
     except SyntaxError as e:
         raise CompressorError(
             f"cannot parse compressor spec {text!r} ({e.msg}); expected e.g. 'quant(bits=4, scale=row)'"
         ) from None
-    return _to_spec(node, text)
+    except (RecursionError, MemoryError):  # an operator chain without parentheses: 1+1+1+... nests in the AST
+        raise CompressorError(
+            f"compressor spec {text[:60]!r}... is nested too deeply to parse; a value is a number, a string or a name"
+        ) from None
 
 
 def parse_spec(text: str) -> Spec:

@@ -33,6 +33,7 @@ import pandas as pd
 import streamlit as st
 
 from leaderboard import ranking, views
+from leaderboard.frame import view_target
 from leaderboard.index import load_details, load_index
 from leaderboard.labels import Scale, place_labels
 from leaderboard.networks import Link, format_bandwidth, remodel
@@ -475,8 +476,7 @@ def _ranking_section(f: Filters, ranked: pd.DataFrame, rows: pd.DataFrame, metri
             f"{warned} entr{'y has' if warned == 1 else 'ies have'} warnings in their records (column 'warnings'); "
             "pick the entry under 'Entry details' to read them."
         )
-    targets = rows.loc[rows["target"].notna(), "target"]
-    target = float(targets.iloc[0]) if len(targets) else math.nan
+    target = view_target(rows)  # the maintainers' target: another entry's record cannot move it
     mdd = ranked["mdd"].dropna()
     mdd_text = f"{mdd.median():.3g}" if len(mdd) else "unknown (one seed and no measured spread)"
     rule = ranking.RULES[f.rule]
@@ -697,6 +697,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     version = (str(index.path), index.path.stat().st_mtime_ns, f.include_local)
     rows, agg = _ranked_input(frame, version, f.task, f.tier, f.link, index)
+    if "remodel_note" in rows and (skipped := rows.loc[rows["remodel_note"] != "", "entry"]).size:
+        st.warning(  # our own text and counts; entry ids are [A-Za-z0-9._-] (the loader's rule)
+            f"{skipped.size} record(s) of {skipped.nunique()} entr{'y' if skipped.nunique() == 1 else 'ies'} "
+            "not re-modeled at this link: skipped: too large (per-entry simulation budget)"
+        )
     ranked = rule.rank(agg, min_ratio=f.min_ratio, network=f.network, direction=f.direction, quality=f.quality)
     metric = next((m for m in ranked["metric_name"] if m), "quality")
     higher = bool(ranked["higher_is_better"].iloc[0]) if len(ranked) else True

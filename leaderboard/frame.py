@@ -427,3 +427,20 @@ def _flatten(r: dict[str, Any], details: bool = True) -> dict[str, Any]:
     else:
         row["entry_info"] = json.dumps(info, sort_keys=True)
     return row
+
+
+def view_target(rows: pd.DataFrame) -> float:
+    """The quality target of a (task, tier) view: the maintainers' records' target where they have
+    rows, else the value most entries give (one vote per entry). A record's own ``target`` field never
+    changes the target shown in another entry's view while the maintainers have one (issue 23)."""
+    if "target" not in rows or not len(rows):
+        return math.nan
+    have = rows[rows["target"].notna()]
+    if "maintainers" in have:
+        own = have[have["maintainers"].astype(bool)]
+        have = own if len(own) else have
+    if not len(have):
+        return math.nan
+    by_entry = have.groupby("entry")["target"].agg(lambda t: t.mode().iloc[0]) if "entry" in have else have["target"]
+    counts = by_entry.value_counts()
+    return float(min(counts[counts == counts.max()].index))

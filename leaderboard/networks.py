@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -136,16 +137,31 @@ def _target_step(timing_json: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 else None
 
 
+ENTRY_REMODEL_BUDGET_S = 20.0  # CPU seconds of simulation per entry and link; the rest is "skipped: too large"
+
+
 def remodel(frame: pd.DataFrame, link: Link) -> pd.DataFrame:
     """``frame`` (one row per record, :func:`leaderboard.frame.to_frame`) with
     ``time_to_target_s@<link.name>`` and ``total_s@<link.name>`` computed from each record's
-    stored ``timing_inputs`` and ``reached_target_step`` (NaN: not reached, or no inputs)."""
-    ttt, total = [], []
+    stored ``timing_inputs`` and ``reached_target_step`` (NaN: not reached, or no inputs); past
+    :data:`ENTRY_REMODEL_BUDGET_S` of simulation for one entry its further rows are NaN with
+    ``remodel_note`` "skipped: too large"."""
+    ttt, total, notes = [], [], []
     # only rows the statistics count: a superseded or failed record is never re-modeled (each
     # distinct record costs one schedule simulation per distinct step load: docs/leaderboard.md)
     live = (frame["status"] == "ok") & frame["latest"] if {"status", "latest"} <= set(frame) else [True] * len(frame)
-    for timing, reached, use in zip(frame["timing_inputs"], frame["reached_target_step"], live):
+    entries = frame["entry"] if "entry" in frame else [""] * len(frame)
+    spent: dict[str, float] = {}  # CPU seconds of simulation per entry: one entry cannot stall the page
+    for timing, reached, use, entry in zip(frame["timing_inputs"], frame["reached_target_step"], live, entries):
+        if timing and use and spent.get(entry, 0.0) > ENTRY_REMODEL_BUDGET_S:
+            notes.append("skipped: too large")
+            ttt.append(math.nan)
+            total.append(math.nan)
+            continue
+        t0 = time.process_time()
         counts, times = _step_times(timing, link) if timing and use else ((), ())
+        spent[entry] = spent.get(entry, 0.0) + time.process_time() - t0
+        notes.append("")
         if not counts:
             ttt.append(math.nan)
             total.append(math.nan)
@@ -158,4 +174,5 @@ def remodel(frame: pd.DataFrame, link: Link) -> pd.DataFrame:
     out = frame.copy()
     out[f"time_to_target_s@{link.name}"] = np.asarray(ttt, dtype=float)
     out[f"total_s@{link.name}"] = np.asarray(total, dtype=float)
+    out["remodel_note"] = notes
     return out

@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 import pandas as pd
 
+from leaderboard.frame import view_target
 from leaderboard.networks import network_profiles
 from leaderboard.rules import RULES
 from leaderboard.safe_text import markdown_cell, plain
@@ -182,7 +183,7 @@ def write_report(frame: pd.DataFrame, opts: ReportOptions, out: TextIO, *, links
         + (f" (network {network})" if network else "")
         + ("" if opts.wide or opts.format != "text" else f"; at most {REPORT_WIDTH} columns (--wide: every column)")
     )
-    targets = frame.groupby(["task", "tier"])["target"].first().to_dict()
+    targets = {key: view_target(g) for key, g in frame.groupby(["task", "tier"])}
     with pd.option_context("display.max_columns", None, "display.width", 250, "display.max_colwidth", 60):
         for (task, tier), g in ranked.groupby(["task", "tier"], sort=True):
             table = display_table(g, network=network, direction=opts.direction)
@@ -190,7 +191,9 @@ def write_report(frame: pd.DataFrame, opts: ReportOptions, out: TextIO, *, links
             metric = g["metric_name"].iloc[0] or "quality"
             higher = bool(g["higher_is_better"].iloc[0]) if "higher_is_better" in g else True
             say()
-            say(plain(f"== {task} / {tier}  (metric: {metric}; seeds per entry: {', '.join(map(str, n_seeds))}) =="))
+            # record text (the metric name, the task) in a line of its own: escaped for the format it is written in
+            inert = markdown_cell if opts.format == "markdown" else plain
+            say(inert(f"== {task} / {tier}  (metric: {metric}; seeds per entry: {', '.join(map(str, n_seeds))}) =="))
             question = rule.question(
                 metric,
                 higher_is_better=higher,
@@ -198,9 +201,9 @@ def write_report(frame: pd.DataFrame, opts: ReportOptions, out: TextIO, *, links
                 network=network,
                 min_ratio=opts.min_ratio,
             )
-            question = plain(question)
+            question = inert(question)
             say(question if opts.wide else "\n".join(textwrap.wrap(question, REPORT_WIDTH, subsequent_indent="  ")))
-            mdd = plain(mdd_line(task, tier, g))
+            mdd = inert(mdd_line(task, tier, g))
             say(mdd if opts.wide else "\n".join(textwrap.wrap(mdd, REPORT_WIDTH, subsequent_indent="  ")))
             if opts.format == "text":
                 table = terminal(table)  # record text: no control characters reach the terminal
@@ -216,7 +219,7 @@ def write_report(frame: pd.DataFrame, opts: ReportOptions, out: TextIO, *, links
     if len(failed):
         say(f"\n{len(failed)} failed cell(s) (latest record per cell):")
         for r in failed.itertuples(index=False):
-            say(plain(f"  {r.status}: {r.cell_id}: {r.error}"))
+            say((markdown_cell if opts.format == "markdown" else plain)(f"  {r.status}: {r.cell_id}: {r.error}"))
     say()
     say(
         textwrap.fill(

@@ -88,6 +88,7 @@ MAX_FILES_PER_ENTRY = 200
 MAX_ENTRIES = 5000
 MAX_ENTRY_BYTES = 64 * 2**20  # all results files of one entry together
 MAX_ENTRY_LINES = 100_000  # non-blank lines of one entry (a quick-tier record is ~20 kB: 46 lines per MiB)
+MAX_BLANK_LINES = 1_000  # blank lines of one entry (a results file has none)
 MAX_PROBLEMS_PER_ENTRY = 20  # then the entry stops: a file of junk lines is cheap to reject
 MAX_PLUGIN_BYTES = 2**20  # a plugin file; the hash reads at most this much
 MAX_YAML_EVENTS = 2_000  # parser events in entry.yaml (six short fields need ~20)
@@ -364,6 +365,7 @@ class _Budget:
     def __init__(self, label: str, problems: list[Problem]) -> None:
         self.label, self.problems = label, problems
         self.bytes, self.lines, self.n_problems = MAX_ENTRY_BYTES, MAX_ENTRY_LINES, 0
+        self.blank = MAX_BLANK_LINES
         self.stopped = False
 
     def problem(self, where: str, reason: str) -> None:
@@ -416,6 +418,10 @@ def _lines(path: Path, budget: _Budget):
                 yield lineno, None
                 continue
             if not line.strip():
+                budget.blank -= 1
+                if budget.blank < 0:  # 64 MiB of newlines cost seconds to read one by one
+                    budget.stop(f"the entry has more than {MAX_BLANK_LINES} blank lines; the rest is not read")
+                    return
                 continue
             budget.lines -= 1
             if budget.lines < 0:

@@ -284,7 +284,57 @@ def validate_record(record: Any) -> dict[str, Any]:
     if not math.isfinite(float(record["final_metric"])):
         raise RecordError("final_metric must be finite")
     _check_plausible(record)
+    _check_timing_inputs(record.get("timing_inputs"))
     return record
+
+
+# The network model's cost is (distinct step loads) x (scheduled actions) x (profiles): bounded before any
+# simulation, so that one record cannot stall re-modeling (issue 23: a 2 MB record scaled to hours of CPU).
+MAX_TIMING_RANKS = 256  # pipeline ranks in ``schedule``
+MAX_TIMING_ACTIONS = 4096  # actions of one rank per step
+MAX_TIMING_LOADS = 4096  # distinct step loads (run-length encoded ``steps``)
+MAX_TIMING_LINKS = 256  # links or data-parallel entries of one step load
+MAX_TIMING_WORK = 50_000  # loads x actions: ~4 s of simulation over every profile (a quick-tier cell: <= 8,192)
+
+
+def _check_timing_inputs(ti: Any) -> None:
+    """Sizes of ``timing_inputs`` within the caps above (its values are checked by the model's reader)."""
+    if ti is None:
+        return
+    if not isinstance(ti, dict):
+        raise RecordError(f"timing_inputs must be an object, got {type(ti).__name__}")
+    schedule, steps = ti.get("schedule") or [], ti.get("steps") or []
+    if not isinstance(schedule, list) or not isinstance(steps, list):
+        raise RecordError("timing_inputs.schedule and .steps must be lists")
+    if len(schedule) > MAX_TIMING_RANKS:
+        raise RecordError(f"timing_inputs.schedule has {len(schedule)} ranks, over the limit of {MAX_TIMING_RANKS}")
+    actions = 0
+    for rank in schedule:
+        n = len(rank) if isinstance(rank, list) else 0
+        if n > MAX_TIMING_ACTIONS:
+            raise RecordError(
+                f"timing_inputs.schedule has a rank of {n} actions, over the limit of {MAX_TIMING_ACTIONS}"
+            )
+        actions += n
+    if len(steps) > MAX_TIMING_LOADS:
+        raise RecordError(f"timing_inputs.steps has {len(steps)} step loads, over the limit of {MAX_TIMING_LOADS}")
+    for s in steps:
+        if isinstance(s, dict) and any(len(s.get(k) or ()) > MAX_TIMING_LINKS for k in ("links", "dp")):
+            raise RecordError(f"timing_inputs.steps has a step load with more than {MAX_TIMING_LINKS} links")
+    for k in ("stages", "mean_stages"):
+        if len(ti.get(k) or ()) > MAX_TIMING_RANKS * 4:
+            raise RecordError(f"timing_inputs.{k} has more than {MAX_TIMING_RANKS * 4} stages")
+    counts = ti.get("counts") or []
+    if counts and (not isinstance(counts, list) or len(counts) != len(steps)):
+        raise RecordError("timing_inputs.counts must have one count per step load")
+    for k in ("microbatches", "replicas"):
+        if k in ti:
+            _int_in(ti[k], 1, MAX_PLACEMENT, f"timing_inputs.{k}")
+    if len(steps) * actions > MAX_TIMING_WORK:
+        raise RecordError(
+            f"timing_inputs: {len(steps)} step loads x {actions} actions is over the simulation budget of "
+            f"{MAX_TIMING_WORK}; re-model fewer distinct loads"
+        )
 
 
 def _check_created(created: str) -> None:
