@@ -3,6 +3,7 @@ every field the board shows compared, and a committed verification that the chec
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -396,3 +397,36 @@ def test_verify_reruns_a_tiny_cell_contained_and_catches_a_forged_number(tmp_pat
         assert bad.status == "mismatch", bad
     finally:
         trees.close()
+
+
+def test_a_rerun_dies_with_the_verifier(tmp_path):
+    """Found while verifying the baselines: a verifier killed mid-run left its re-runs alive (unshare
+    ignores SIGTERM; the re-run has its own session)."""
+    marker = f"mpcbench-orphan-probe-{os.getpid()}-{time.time_ns()}"
+    code = (
+        "import sys; from pathlib import Path; from suite.bench import verify; "
+        "box = verify.containment(); "
+        # the marker is assembled in the verifier, so that only the re-run's command line holds it whole
+        f"verify.contained_run([sys.executable, '-c', 'import time; time.sleep(120)', {marker[:10]!r} + {marker[10:]!r}], "
+        "cwd=Path('.'), "
+        "env=verify.rerun_environment(Path('.'), '0' * 40, 1, Path('.')), box=box, timeout_s=120, cpu_s=120)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+    def running() -> bool:
+        for p in os.listdir("/proc"):
+            with contextlib.suppress(OSError):
+                if p.isdigit() and marker in Path(f"/proc/{p}/cmdline").read_text(errors="replace"):
+                    return True
+        return False
+
+    deadline = time.monotonic() + 60
+    while not running() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert running(), "the probe did not start"
+    proc.kill()  # the verifier dies without cleaning up
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not running()
