@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from suite.results.network.model import model_run
-from suite.results.network.profiles import NetworkProfile
+from suite.results.network.profiles import INTRA_HOST, NetworkProfile
 from suite.results.network.timing_inputs import TimingInputs
 
 from .result import RunResult
@@ -46,9 +46,12 @@ def attach_link_times(result: RunResult, link_name: str, rate_bps: float, profil
         measured["time_to_target_s"] = next(
             (p.wall_s for p in result.curve if p.step == result.reached_target_step), None
         )
-    profiles = {"as_emulated": NetworkProfile(link_name, rate_bps, 0.0)}
+    # emulated hosts: the ranks of one host share a namespace, so their (tensor-parallel) traffic
+    # goes over loopback, which the model takes as an ideal intra-host link
+    loopback = INTRA_HOST["ideal"]
+    profiles = {"as_emulated": NetworkProfile(link_name, rate_bps, 0.0, loopback)}
     if profile_latency_s:
-        profiles["profile"] = NetworkProfile(link_name, rate_bps, profile_latency_s)
+        profiles["profile"] = NetworkProfile(link_name, rate_bps, profile_latency_s, loopback)
     modeled = predict(result.timing_inputs, profiles, result.reached_target_step) if result.timing_inputs else {}
     result.network["measured"] = measured
     result.network["modeled"] = modeled
