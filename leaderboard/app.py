@@ -40,6 +40,7 @@ from leaderboard.networks import Link, format_bandwidth, remodel
 from leaderboard.page_notes import baseline_notice, entry_notice, entry_tier
 from suite.results import DEFAULT_STORE
 from suite.results.network import PROFILES
+from suite.results.task_catalog import describe as describe_task
 
 REPO = Path(__file__).resolve().parents[1]
 TIER_ORDER = ("smoke", "quick", "gpu", "full")
@@ -59,14 +60,6 @@ LATENCIES = sorted(
     {0.0, 1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.2}
     | {p.latency_s for p in PROFILES.values()}
 )
-TASK_DESCRIPTIONS = {  # one line each; the task modules' docstrings say more
-    "cifar10": "CIFAR-10 image classification: ResNet-18 (CIFAR stem; an eighth of the width in the smoke and "
-    "quick tiers) split into pipeline stages, trained from scratch. Metric: test accuracy.",
-    "sst2": "GLUE SST-2 sentiment classification: a pretrained MiniLM encoder fine-tuned, its layers split into "
-    "stages. Metric: dev accuracy.",
-    "shakespeare": "Tiny Shakespeare character-level language modelling: a GPT decoder (nanoGPT's shakespeare-char "
-    "in the full tier) pretrained from scratch. Metric: validation loss in nats (lower is better).",
-}
 MAX_LABELS = 30  # named points on the Pareto plot: the frontier first, then the best quality
 PLOT_W, PLOT_H = 860, 400  # fixed chart size: label placement works in these pixels
 # URL parameter -> (session key, parser)
@@ -467,9 +460,9 @@ def _sidebar(frame: pd.DataFrame, shown: pd.DataFrame, stores: list[str], record
 def _ranking_section(f: Filters, ranked: pd.DataFrame, rows: pd.DataFrame, metric: str, higher: bool) -> float:
     """The question, the task's facts and the ranked table; returns the task's target."""
     st.subheader("Ranking")
-    desc = TASK_DESCRIPTIONS.get(f.task)
+    desc = describe_task(f.task)  # the task module's DESCRIPTION (suite.results.task_catalog)
     if desc:
-        st.caption(desc)
+        st.caption(desc.page_text())
     warned = int((ranked["n_warnings"] > 0).sum()) if "n_warnings" in ranked else 0
     if warned:  # our own text and a count only: the warning texts are record text (see Entry details)
         st.warning(

@@ -25,6 +25,7 @@ from leaderboard.rules import RULES
 from leaderboard.safe_text import markdown_cell, plain
 from leaderboard.statistics import MEASURED_SPREAD, aggregate, minimal_detectable_difference
 from leaderboard.views import display_table
+from suite.results.task_catalog import describe as describe_task
 
 __all__ = [
     "REPORT_WIDTH",
@@ -194,6 +195,10 @@ def write_report(frame: pd.DataFrame, opts: ReportOptions, out: TextIO, *, links
             # record text (the metric name, the task) in a line of its own: escaped for the format it is written in
             inert = markdown_cell if opts.format == "markdown" else plain
             say(inert(f"== {task} / {tier}  (metric: {metric}; seeds per entry: {', '.join(map(str, n_seeds))}) =="))
+            desc = describe_task(str(task))  # the task module's DESCRIPTION: what it is, chance, CPU caveat
+            if desc is not None:
+                text = inert(desc.page_text())
+                say(text if opts.wide else "\n".join(textwrap.wrap(text, REPORT_WIDTH, subsequent_indent="  ")))
             question = rule.question(
                 metric,
                 higher_is_better=higher,

@@ -55,6 +55,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MPCBENCH_OFFLINE", "", "`1`: never download a data set", "tasks/data.py"),
     Setting("MPCBENCH_SST2_MODEL", "", "the pretrained encoder of sst2 (hub id or folder)", "tasks/sst2.py"),
     Setting(
+        "MPCBENCH_TASK_PATH",
+        "",
+        "folders of task modules kept outside tasks/ (os.pathsep-separated; each module one task, CONTRIBUTING.md)",
+        "tasks/__init__.py, suite/results/task_catalog.py",
+    ),
+    Setting(
         "MPCBENCH_COMPILE",
         "auto",
         "torch.compile'd compressor kernels: `auto`, `0` or `1`",

@@ -1,11 +1,20 @@
-"""The task matrix: CIFAR-10 image classification, SST-2 fine-tuning, Shakespeare pretraining.
+"""The tasks: CIFAR-10 image classification; GLUE SST-2, CoLA, MRPC, RTE, STS-B fine-tuning;
+Shakespeare (characters) and WikiText-2 (GPT-2) pretraining.
 
-Each task is one module; ``get_task_class(name)`` finds it by name.
+Each task is one module that defines a top-level ``DESCRIPTION`` literal and ``TASK`` (its
+``Task`` subclass): ``tasks/<name>.py``, or ``<name>.py`` in a folder on ``$MPCBENCH_TASK_PATH``
+(os.pathsep-separated; a task kept outside this package). ``get_task_class(name)`` finds it by
+its file name; nothing else lists tasks.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import re
+import sys
+from pathlib import Path
 
 from .api import (
     PRECISIONS,
@@ -33,22 +42,48 @@ __all__ = [
     "TierBudget",
     "default_data_dir",
     "available_tasks",
+    "described_tasks",
     "get_task_class",
     "build_task",
     "register_task",
 ]
 
-# name -> module that defines it (imported lazily: torchvision / transformers are heavy)
-_TASK_MODULES = {
-    "cifar10": "tasks.cifar10",
-    "sst2": "tasks.sst2",
-    "shakespeare": "tasks.shakespeare",
-    "cola": "tasks.cola",
-    "mrpc": "tasks.mrpc",
-    "rte": "tasks.rte",
-    "stsb": "tasks.stsb",
-    "wikitext2": "tasks.wikitext2",
-}
+_HERE = Path(__file__).resolve().parent
+_DESCRIBED = re.compile(r"^DESCRIPTION\s*[:=]", re.M)  # a module that describes a task
+
+
+def _task_files() -> dict[str, Path]:
+    """name -> module file of every task (found by its DESCRIPTION; imported lazily, as
+    torchvision / transformers are heavy); this package's modules win over $MPCBENCH_TASK_PATH."""
+    dirs = [_HERE, *(Path(p).expanduser() for p in os.environ.get("MPCBENCH_TASK_PATH", "").split(os.pathsep) if p)]
+    out: dict[str, Path] = {}
+    for folder in dirs:
+        for path in sorted(folder.glob("*.py")) if folder.is_dir() else []:
+            if path.name.startswith("_") or path.stem in out:
+                continue
+            try:
+                if _DESCRIBED.search(path.read_text(encoding="utf-8")):
+                    out[path.stem] = path
+            except (OSError, UnicodeDecodeError):
+                continue
+    return out
+
+
+def _import(name: str, path: Path):
+    if path.parent == _HERE:
+        return importlib.import_module(f"tasks.{name}")
+    module_name = f"mpcbench_task_{name}"  # a task module outside the package, loaded by path
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[module_name]
+            raise
+    return sys.modules[module_name]
 
 
 _EXTRA: dict[str, type[Task]] = {}
@@ -56,27 +91,35 @@ _EXTRA: dict[str, type[Task]] = {}
 
 def register_task(name: str, cls: type[Task]) -> type[Task]:
     """Add a task class under ``name`` (test fixtures and user plugins; built-ins are fixed)."""
-    if name in _TASK_MODULES or (name in _EXTRA and _EXTRA[name] is not cls):
+    if name in _task_files() or (name in _EXTRA and _EXTRA[name] is not cls):
         raise TaskError(f"task name {name!r} is already taken")
     cls.name = name
     _EXTRA[name] = cls
     return cls
 
 
+def described_tasks() -> list[str]:
+    """Names of the tasks that are modules (found by their ``DESCRIPTION``), not registered classes."""
+    return sorted(_task_files())
+
+
 def available_tasks() -> list[str]:
     """Names of all tasks."""
-    return sorted([*_TASK_MODULES, *_EXTRA])
+    return sorted({*_task_files(), *_EXTRA})
 
 
 def get_task_class(name: str) -> type[Task]:
     """The Task subclass called ``name``; unknown names list the valid ones."""
     if name in _EXTRA:
         return _EXTRA[name]
-    if name not in _TASK_MODULES:
+    files = _task_files()
+    if name not in files:
         raise TaskError(
             f"unknown task {name!r}{did_you_mean(name, available_tasks())}; valid tasks: {', '.join(available_tasks())}"
         )
-    module = importlib.import_module(_TASK_MODULES[name])
+    module = _import(name, files[name])
+    if not isinstance(getattr(module, "TASK", None), type) or not issubclass(module.TASK, Task):
+        raise TaskError(f"task module {files[name]} defines DESCRIPTION but no TASK (its Task subclass)")
     return module.TASK
 
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, ContextManager, Iterable, Iterator, Mapping, Sequence
@@ -136,8 +137,8 @@ class TierBudget:
     batch_size: int
     microbatches: int
     eval_every: int
-    target: float
     lr: float
+    target: float = math.nan  # filled from the task's DESCRIPTION["targets"] (its one home)
     eval_samples: int | None = None
     train_samples: int | None = None
     warmup_steps: int = 0
@@ -171,17 +172,36 @@ class Task(abc.ABC):
     """Base class of a task. Subclasses set the class attributes and implement the methods.
 
     Constructed once per process (every rank builds the same task with the same seed).
+
+    ``description``: the task's one description, the module's top-level ``DESCRIPTION`` dict
+    literal (name, family, metric, direction, chance level, target per tier, page text; read
+    without importing the module by ``suite.results.task_catalog``). A subclass that sets it
+    gets ``name``, ``metric`` and every tier's ``target`` from it.
     """
 
     name: ClassVar[str]
     metric: ClassVar[Metric]
     tiers: ClassVar[Mapping[str, TierBudget]]
+    description: ClassVar[Mapping[str, Any]] = MappingProxyType({})
     default_stages: ClassVar[int]
     stage_choices: ClassVar[tuple[int, ...]]
     features: ClassVar[frozenset[str]] = frozenset()  # model features a compressor may require
     # feature -> options the requiring compressor asked for (e.g. {"residual_subspace": {"ratio": 0.01}});
     # set by ``set_feature_options`` before the model is built
     feature_options: Mapping[str, Mapping[str, Any]] = MappingProxyType({})
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        d = cls.__dict__.get("description")
+        if not d:
+            return
+        cls.name = str(d["name"])
+        cls.metric = Metric(str(d["metric"]), bool(d["higher_is_better"]), str(d.get("unit", "")))
+        targets = d["targets"]
+        missing = sorted(set(cls.tiers) - set(targets))
+        if missing:
+            raise TaskError(f"task {cls.name!r}: DESCRIPTION['targets'] has no target for tier(s) {missing}")
+        cls.tiers = {t: replace(b, target=float(targets[t])) for t, b in cls.tiers.items()}
 
     def __init__(
         self,

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .api import Batch, DataMissingError, Metric, Task, TaskError, TierBudget
+from .api import Batch, DataMissingError, Task, TaskError, TierBudget
 from .data import SampleOrder, cached_arrays, fixed_subset, offline, source_key, step_generator
 from .schedules import warmup_cosine
 
@@ -200,6 +200,19 @@ def split_resnet(model: nn.Module, n_stages: int) -> list[nn.Module]:
 
 
 # --- task --------------------------------------------------------------------------------
+DESCRIPTION = {
+    "name": "cifar10",
+    "family": "image classification (trained from scratch)",
+    "metric": "accuracy",
+    "higher_is_better": True,
+    "metric_range": [0.0, 1.0],
+    "chance": 0.1,
+    "chance_note": "10 balanced classes",
+    "targets": {"smoke": 0.15, "quick": 0.45, "full": 0.9, "gpu": 0.93},
+    "page": "CIFAR-10 image classification: ResNet-18 (CIFAR stem; an eighth of the width in the smoke and quick tiers) split into pipeline stages, trained from scratch. Metric: test accuracy.",
+}
+
+
 class Cifar10(Task):
     """Image classification: ResNet-18 (CIFAR form) trained from scratch on CIFAR-10 (32x32 pixels, 10 classes).
 
@@ -207,8 +220,7 @@ class Cifar10(Task):
     the width and a fixed test subset. Metric: top-1 test accuracy (chance 0.10).
     """
 
-    name = "cifar10"
-    metric = Metric("accuracy", higher_is_better=True)
+    description = DESCRIPTION
     default_stages = 4
     stage_choices = (2, 4)
     tiers = {
@@ -218,7 +230,6 @@ class Cifar10(Task):
             batch_size=16,
             microbatches=2,
             eval_every=2,
-            target=0.15,
             lr=0.05,
             eval_samples=64,
             train_samples=512,
@@ -233,7 +244,6 @@ class Cifar10(Task):
             batch_size=64,
             microbatches=4,
             eval_every=120,
-            target=0.45,
             lr=0.2,
             eval_samples=2048,
             train_samples=2560,
@@ -246,7 +256,6 @@ class Cifar10(Task):
             batch_size=128,
             microbatches=4,
             eval_every=390,
-            target=0.90,
             lr=0.1,
             eval_samples=None,
             warmup_steps=390,
@@ -261,7 +270,6 @@ class Cifar10(Task):
             batch_size=512,
             microbatches=4,
             eval_every=98,
-            target=0.93,
             lr=0.4,
             eval_samples=None,
             warmup_steps=196,

@@ -11,36 +11,49 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .api import Metric, TierBudget
+from .api import TierBudget
 from .glue import GlueRows, GlueTask, check_binary, matthews, read_tsv
 
 __all__ = ["Cola", "TASK"]
 
 
+DESCRIPTION = {
+    "name": "cola",
+    "family": "GLUE fine-tuning",
+    "metric": "matthews_corr",
+    "higher_is_better": True,
+    "metrics": ["matthews_corr"],
+    "metric_range": [-1.0, 1.0],
+    "chance": 0.0,
+    "chance_note": "any constant predictor",
+    "targets": {"smoke": 0.05, "quick": 0.1, "full": 0.35, "gpu": 0.3},
+    "page": "GLUE CoLA grammatical acceptability: the pretrained MiniLM encoder fine-tuned on single sentences, split into stages as for sst2. Metric: Matthews correlation on the dev set (GLUE's official CoLA metric).",
+}
+
+
 class Cola(GlueTask):
     """GLUE CoLA: acceptability of single sentences, Matthews correlation (chance 0)."""
 
-    name = "cola"
+    description = DESCRIPTION
     glue_dir = "cola"
     glue_archive = "CoLA"
     pair = False
-    metric = Metric("matthews_corr", higher_is_better=True)
     tiers = {
         "smoke": TierBudget(
-            steps=3, batch_size=8, microbatches=2, eval_every=3, target=0.05, lr=1e-4,
+            steps=3, batch_size=8, microbatches=2, eval_every=3, lr=1e-4,
             eval_samples=32, train_samples=64, extra={"max_len": 32, "n_layers": 3},
         ),
         "quick": TierBudget(
-            steps=128, batch_size=16, microbatches=4, eval_every=32, target=0.1, lr=1e-4,
+            steps=128, batch_size=16, microbatches=4, eval_every=32, lr=1e-4,
             eval_samples=None, train_samples=2048, warmup_steps=12, extra={"max_len": 32, "n_layers": 3},
         ),
         # BERT's GLUE recipe: 3 epochs at batch 32
         "full": TierBudget(
-            steps=802, batch_size=32, microbatches=4, eval_every=100, target=0.35, lr=5e-5,
+            steps=802, batch_size=32, microbatches=4, eval_every=100, lr=5e-5,
             warmup_steps=80, extra={"max_len": 64},
         ),
         "gpu": TierBudget(
-            steps=402, batch_size=64, microbatches=4, eval_every=134, target=0.3, lr=1e-4,
+            steps=402, batch_size=64, microbatches=4, eval_every=134, lr=1e-4,
             warmup_steps=40, precision="bf16", extra={"max_len": 64, "eval_batch_size": 512},
         ),
     }  # fmt: skip

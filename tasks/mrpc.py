@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .api import Metric, TierBudget
+from .api import TierBudget
 from .data import fetch
 from .glue import GlueRows, GlueTask, check_binary, f1_accuracy, read_tsv
 
@@ -28,28 +28,41 @@ DEV_IDS = (
 )
 
 
+DESCRIPTION = {
+    "name": "mrpc",
+    "family": "GLUE fine-tuning",
+    "metric": "f1",
+    "higher_is_better": True,
+    "metrics": ["f1", "accuracy"],
+    "metric_range": [0.0, 1.0],
+    "chance": 0.812,
+    "chance_note": "predicting 'paraphrase' for every pair (accuracy 0.684)",
+    "targets": {"smoke": 0.7, "quick": 0.82, "full": 0.86, "gpu": 0.85},
+    "page": "GLUE MRPC paraphrase detection: the pretrained MiniLM encoder fine-tuned on sentence pairs, split into stages as for sst2. Metrics: F1 of the paraphrase class and accuracy on the dev set (GLUE's official MRPC pair; F1 is ranked).",
+}
+
+
 class Mrpc(GlueTask):
     """GLUE MRPC: paraphrase pairs, F1 (the all-paraphrase predictor scores 0.81) and accuracy."""
 
-    name = "mrpc"
+    description = DESCRIPTION
     glue_dir = "mrpc"
-    metric = Metric("f1", higher_is_better=True)
     how_to_get = f"build it from {MSR_TRAIN} and GLUE's dev ids as GLUE's download_glue_data.py does"
     tiers = {
         "smoke": TierBudget(
-            steps=3, batch_size=8, microbatches=2, eval_every=3, target=0.7, lr=1e-4,
+            steps=3, batch_size=8, microbatches=2, eval_every=3, lr=1e-4,
             eval_samples=32, train_samples=64, extra={"max_len": 96, "n_layers": 3},
         ),
         "quick": TierBudget(
-            steps=64, batch_size=16, microbatches=4, eval_every=16, target=0.82, lr=1e-4,
+            steps=64, batch_size=16, microbatches=4, eval_every=16, lr=1e-4,
             eval_samples=None, train_samples=1024, warmup_steps=6, extra={"max_len": 96, "n_layers": 3},
         ),
         "full": TierBudget(
-            steps=345, batch_size=32, microbatches=4, eval_every=46, target=0.86, lr=5e-5,
+            steps=345, batch_size=32, microbatches=4, eval_every=46, lr=5e-5,
             warmup_steps=35, extra={"max_len": 128},
         ),
         "gpu": TierBudget(
-            steps=288, batch_size=64, microbatches=4, eval_every=58, target=0.85, lr=1e-4,
+            steps=288, batch_size=64, microbatches=4, eval_every=58, lr=1e-4,
             warmup_steps=28, precision="bf16", extra={"max_len": 128, "eval_batch_size": 512},
         ),
     }  # fmt: skip

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .api import DataMissingError, Metric, TierBudget
+from .api import DataMissingError, TierBudget
 from .glue import GlueRows, GlueTask, read_tsv
 
 __all__ = ["Rte", "TASK"]
@@ -18,28 +18,41 @@ __all__ = ["Rte", "TASK"]
 LABELS = {"entailment": 0, "not_entailment": 1}
 
 
+DESCRIPTION = {
+    "name": "rte",
+    "family": "GLUE fine-tuning",
+    "metric": "accuracy",
+    "higher_is_better": True,
+    "metrics": ["accuracy"],
+    "metric_range": [0.0, 1.0],
+    "chance": 0.527,
+    "chance_note": "the majority class of the dev set",
+    "targets": {"smoke": 0.55, "quick": 0.55, "full": 0.6, "gpu": 0.6},
+    "page": "GLUE RTE textual entailment: the pretrained MiniLM encoder fine-tuned on sentence pairs, split into stages as for sst2. Metric: dev accuracy (GLUE's official RTE metric).",
+}
+
+
 class Rte(GlueTask):
     """GLUE RTE: entailment of sentence pairs, accuracy (majority class 0.53)."""
 
-    name = "rte"
+    description = DESCRIPTION
     glue_dir = "rte"
     glue_archive = "RTE"
-    metric = Metric("accuracy", higher_is_better=True)
     tiers = {
         "smoke": TierBudget(
-            steps=3, batch_size=8, microbatches=2, eval_every=3, target=0.55, lr=1e-4,
+            steps=3, batch_size=8, microbatches=2, eval_every=3, lr=1e-4,
             eval_samples=32, train_samples=64, extra={"max_len": 128, "n_layers": 3},
         ),
         "quick": TierBudget(
-            steps=64, batch_size=16, microbatches=4, eval_every=16, target=0.55, lr=1e-4,
+            steps=64, batch_size=16, microbatches=4, eval_every=16, lr=1e-4,
             eval_samples=None, train_samples=1024, warmup_steps=6, extra={"max_len": 128, "n_layers": 3},
         ),
         "full": TierBudget(
-            steps=234, batch_size=32, microbatches=4, eval_every=26, target=0.6, lr=5e-5,
+            steps=234, batch_size=32, microbatches=4, eval_every=26, lr=5e-5,
             warmup_steps=24, extra={"max_len": 128},
         ),
         "gpu": TierBudget(
-            steps=195, batch_size=64, microbatches=4, eval_every=39, target=0.6, lr=1e-4,
+            steps=195, batch_size=64, microbatches=4, eval_every=39, lr=1e-4,
             warmup_steps=20, precision="bf16", extra={"max_len": 128, "eval_batch_size": 512},
         ),
     }  # fmt: skip

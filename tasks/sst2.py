@@ -46,7 +46,7 @@ import torch.nn.functional as F
 import transformers.models.bert.modeling_bert  # noqa: F401
 from torch import Tensor, nn
 
-from .api import Batch, DataMissingError, Metric, Task, TaskError, TierBudget
+from .api import Batch, DataMissingError, Task, TaskError, TierBudget
 from .data import SampleOrder, cached_arrays, fetch, fixed_subset, require, source_key
 from .schedules import warmup_linear
 
@@ -208,6 +208,19 @@ def split_layers(n_layers: int, n_stages: int) -> list[range]:
 
 
 # --- task --------------------------------------------------------------------------------
+DESCRIPTION = {
+    "name": "sst2",
+    "family": "GLUE fine-tuning",
+    "metric": "accuracy",
+    "higher_is_better": True,
+    "metric_range": [0.0, 1.0],
+    "chance": 0.5,
+    "chance_note": "balanced dev set",
+    "targets": {"smoke": 0.55, "quick": 0.73, "full": 0.88, "gpu": 0.85},
+    "page": "GLUE SST-2 sentiment classification: a pretrained MiniLM encoder fine-tuned, its layers split into stages. Metric: dev accuracy.",
+}
+
+
 class Sst2(Task):
     """Sentiment classification: fine-tune the pretrained MiniLM (BERT-family) encoder on GLUE SST-2.
 
@@ -215,8 +228,7 @@ class Sst2(Task):
     layers and a fixed dev subset. Metric: dev-set accuracy (chance 0.50).
     """
 
-    name = "sst2"
-    metric = Metric("accuracy", higher_is_better=True)
+    description = DESCRIPTION
     default_stages = 3
     stage_choices = (2, 3)
     tiers = {
@@ -226,7 +238,6 @@ class Sst2(Task):
             batch_size=8,
             microbatches=2,
             eval_every=3,
-            target=0.55,
             lr=1e-4,
             eval_samples=32,
             train_samples=64,
@@ -239,7 +250,6 @@ class Sst2(Task):
             batch_size=16,
             microbatches=4,
             eval_every=16,
-            target=0.73,
             lr=1e-4,
             eval_samples=None,
             train_samples=256,
@@ -252,7 +262,6 @@ class Sst2(Task):
             batch_size=32,
             microbatches=4,
             eval_every=500,
-            target=0.88,
             lr=5e-5,
             eval_samples=None,
             train_samples=None,
@@ -266,7 +275,6 @@ class Sst2(Task):
             batch_size=64,
             microbatches=4,
             eval_every=263,
-            target=0.85,
             lr=1e-4,
             eval_samples=None,
             train_samples=None,

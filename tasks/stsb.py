@@ -22,35 +22,48 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .api import DataMissingError, Metric, TierBudget
+from .api import DataMissingError, TierBudget
 from .glue import GlueRows, GlueTask, pearson, read_tsv, spearman
 
 __all__ = ["Stsb", "TASK"]
 
 
+DESCRIPTION = {
+    "name": "stsb",
+    "family": "GLUE fine-tuning",
+    "metric": "pearson",
+    "higher_is_better": True,
+    "metrics": ["pearson", "spearman"],
+    "metric_range": [-1.0, 1.0],
+    "chance": 0.0,
+    "chance_note": "any constant predictor",
+    "targets": {"smoke": 0.1, "quick": 0.5, "full": 0.85, "gpu": 0.84},
+    "page": "GLUE STS-B semantic similarity: the pretrained MiniLM encoder fine-tuned as a regressor on sentence pairs (mean squared error on the 0-5 score), split into stages as for sst2. Metrics: Pearson and Spearman correlation on the dev set (GLUE's official STS-B pair; Pearson is ranked).",
+}
+
+
 class Stsb(GlueTask):
     """GLUE STS-B: similarity regression on pairs, Pearson and Spearman correlation (constant: 0)."""
 
-    name = "stsb"
+    description = DESCRIPTION
     glue_dir = "stsb"
     glue_archive = "STS-B"
     n_outputs = 1
-    metric = Metric("pearson", higher_is_better=True)
     tiers = {
         "smoke": TierBudget(
-            steps=3, batch_size=8, microbatches=2, eval_every=3, target=0.1, lr=1e-4,
+            steps=3, batch_size=8, microbatches=2, eval_every=3, lr=1e-4,
             eval_samples=32, train_samples=64, extra={"max_len": 64, "n_layers": 3},
         ),
         "quick": TierBudget(
-            steps=64, batch_size=16, microbatches=4, eval_every=16, target=0.5, lr=1e-4,
+            steps=64, batch_size=16, microbatches=4, eval_every=16, lr=1e-4,
             eval_samples=750, train_samples=1024, warmup_steps=6, extra={"max_len": 64, "n_layers": 3},
         ),
         "full": TierBudget(
-            steps=540, batch_size=32, microbatches=4, eval_every=60, target=0.85, lr=5e-5,
+            steps=540, batch_size=32, microbatches=4, eval_every=60, lr=5e-5,
             warmup_steps=54, extra={"max_len": 128},
         ),
         "gpu": TierBudget(
-            steps=450, batch_size=64, microbatches=4, eval_every=90, target=0.84, lr=1e-4,
+            steps=450, batch_size=64, microbatches=4, eval_every=90, lr=1e-4,
             warmup_steps=45, precision="bf16", extra={"max_len": 128, "eval_batch_size": 512},
         ),
     }  # fmt: skip

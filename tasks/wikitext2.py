@@ -49,7 +49,7 @@ import torch.nn.functional as F
 import transformers.models.gpt2.modeling_gpt2  # noqa: F401
 from torch import Tensor, nn
 
-from .api import Batch, DataMissingError, Metric, Task, TaskError, TierBudget
+from .api import Batch, DataMissingError, Task, TaskError, TierBudget
 from .data import SampleOrder, cached_arrays, fetch, fixed_subset, require, source_key
 from .schedules import warmup_cosine
 
@@ -163,6 +163,20 @@ def _model_extra(**kw) -> dict:
     return {"eval_split": "valid", "dropout": 0.0, **kw}
 
 
+DESCRIPTION = {
+    "name": "wikitext2",
+    "family": "language modelling (pretraining)",
+    "metric": "val_loss",
+    "higher_is_better": False,
+    "unit": "nats/token",
+    "metrics": ["val_loss", "perplexity"],
+    "chance": 10.82,
+    "chance_note": "uniform over GPT-2's 50,257 tokens; the training split's unigram frequencies score 6.65",
+    "targets": {"smoke": 10.7, "quick": 7.0, "gpu": 5.5, "full": 5.3},
+    "page": "WikiText-2 language modelling: GPT-2 (Hugging Face GPT2LMHeadModel; GPT-2 small in the gpu and full tiers, a narrow one on the CPU; token embedding and LM head untied across stages) pretrained from scratch with GPT-2's BPE tokenizer. Metrics: validation loss per token in nats (lower is better) and perplexity; the full tier evaluates on the test split.",
+}
+
+
 class WikiText2(Task):
     """Language modelling: GPT-2 (untied head) trained from scratch on WikiText-2 with GPT-2's BPE.
 
@@ -170,31 +184,30 @@ class WikiText2(Task):
     validation loss per token in nats (lower is better; uniform is 10.82) and its perplexity.
     """
 
-    name = "wikitext2"
-    metric = Metric("val_loss", higher_is_better=False, unit="nats/token")
+    description = DESCRIPTION
     default_stages = 4
     stage_choices = (2, 3, 4)
     tiers = {
         "smoke": TierBudget(
-            steps=3, batch_size=4, microbatches=2, eval_every=3, target=10.7, lr=1e-3,
+            steps=3, batch_size=4, microbatches=2, eval_every=3, lr=1e-3,
             eval_samples=8, train_samples=64,
             extra=_model_extra(n_layer=4, n_head=2, n_embd=32, block_size=32),
         ),
         # calibrated on the 2-core CPU (docs/tasks.md)
         "quick": TierBudget(
-            steps=120, batch_size=16, microbatches=4, eval_every=30, target=7.0, lr=3e-3,
+            steps=120, batch_size=16, microbatches=4, eval_every=30, lr=3e-3,
             eval_samples=64, train_samples=4096, warmup_steps=12,
             extra=_model_extra(n_layer=4, n_head=4, n_embd=128, block_size=64),
         ),
         # GPT-2 small on one GPU, bf16: about 4 epochs of the 2.4M training tokens. Not yet calibrated on a GPU.
         "gpu": TierBudget(
-            steps=1_200, batch_size=16, microbatches=4, eval_every=200, target=5.5, lr=6e-4,
+            steps=1_200, batch_size=16, microbatches=4, eval_every=200, lr=6e-4,
             warmup_steps=100, precision="bf16",
             extra=_model_extra(n_layer=12, n_head=12, n_embd=768, block_size=512, dropout=0.1, eval_batch_size=32),
         ),
         # GPT-2 small at its context length 1024, evaluated on the test split. Not yet calibrated.
         "full": TierBudget(
-            steps=3_000, batch_size=32, microbatches=4, eval_every=250, target=5.3, lr=6e-4,
+            steps=3_000, batch_size=32, microbatches=4, eval_every=250, lr=6e-4,
             warmup_steps=200,
             extra=_model_extra(n_layer=12, n_head=12, n_embd=768, block_size=1024, dropout=0.1, eval_split="test"),
         ),

@@ -56,8 +56,8 @@ class Plugins:
             def ours(module: str) -> bool:
                 return module == mod or module.startswith(mod + ".")
 
-            # built-in tasks are never a plugin's (and importing them all here would be slow)
-            plugin_tasks = set(available_tasks()) - set(getattr(tasks_pkg, "_TASK_MODULES", {}))
+            # tasks with a module of their own are never a plugin's (and importing them all here would be slow)
+            plugin_tasks = set(available_tasks()) - set(tasks_pkg.described_tasks())
             out.provides[p] = {n for n in available() if ours(get_class(n).__module__)} | {
                 f"task:{t}" for t in plugin_tasks if ours(get_task_class(t).__module__)
             }

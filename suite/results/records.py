@@ -40,6 +40,8 @@ import datetime as _dt
 import math
 from typing import Any
 
+from .task_catalog import catalog, describe
+
 __all__ = [
     "SCHEMA",
     "STATUSES",
@@ -51,7 +53,7 @@ __all__ = [
     "MAX_SEED",
     "MAX_BYTES",
     "MAX_STEPS",
-    "TASK_METRICS",
+    "task_metrics",
     "IDENTITY_KEYS",
     "QUALITY_KEYS",
     "METRIC_KEYS",
@@ -134,16 +136,17 @@ MAX_METRIC = 1e6  # |metric| for metrics without a known range (a loss of 1e6 na
 EARLIEST = _dt.datetime(2020, 1, 1, tzinfo=_dt.timezone.utc)
 CLOCK_SKEW = _dt.timedelta(days=1)  # "created" may be this far ahead of the reader's clock, no further
 DIRECTIONS = ("forward", "backward", "dp", "tp_forward", "tp_backward")  # tp_*: tensor-parallel runs only
-# The built-in tasks' metrics (kept equal to tasks/*.py by tests/suite/results/test_records_plausibility.py;
-# this layer imports no task code): a record of a built-in task must use its metric and direction.
-TASK_METRICS: dict[str, tuple[str, bool]] = {
-    "cifar10": ("accuracy", True),
-    "sst2": ("accuracy", True),
-    "shakespeare": ("val_loss", False),
-}
-# metric name -> (low, high) allowed for its values; other lower-is-better metrics (losses,
-# perplexities) must be >= 0, and every metric is bounded by MAX_METRIC
+# metric name -> (low, high) allowed for its values when the task has no description here; a
+# described task's own ``metric_range`` wins; other lower-is-better metrics (losses, perplexities)
+# must be >= 0, and every metric is bounded by MAX_METRIC
 METRIC_RANGES: dict[str, tuple[float, float]] = {"accuracy": (0.0, 1.0), "f1": (0.0, 1.0)}
+
+
+def task_metrics() -> dict[str, tuple[str, bool]]:
+    """Every described task's (metric, higher_is_better), read from its module's DESCRIPTION
+    (:mod:`suite.results.task_catalog`; this layer imports no task code): a record of a described
+    task must use its metric and direction."""
+    return {n: (d.metric, d.higher_is_better) for n, d in catalog().items()}
 
 
 class RecordError(ValueError):
@@ -384,13 +387,14 @@ def derived_bytes_per_step(record: dict[str, Any]) -> dict[str, float]:
 def _check_plausible(record: dict[str, Any]) -> None:
     """Ranges and cross-field consistency of an ``ok`` record (see the bounds above)."""
     task, name, hib = record["task"], record["metric_name"], record["higher_is_better"]
-    if task in TASK_METRICS and TASK_METRICS[task] != (name, hib):
-        want, want_hib = TASK_METRICS[task]
+    described = describe(task)
+    if described is not None and (described.metric, described.higher_is_better) != (name, hib):
+        want, want_hib = described.metric, described.higher_is_better
         raise RecordError(
             f"task {task!r} is measured by {want!r} ({'higher' if want_hib else 'lower'} is better), "
             f"not {name!r} ({'higher' if hib else 'lower'} is better)"
         )
-    lo, hi = metric_range(name, hib)
+    lo, hi = described.metric_range if described and described.metric_range else metric_range(name, hib)
     _num_in(record["final_metric"], lo, hi, "final_metric")
     _num_in(record.get("final_metric_uncompressed"), lo, hi, "final_metric_uncompressed", optional=True)
     _num_in(record.get("target"), lo, hi, "target", optional=True)

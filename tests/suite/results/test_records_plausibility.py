@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import pytest
 
-from suite.results.records import TASK_METRICS, metric_range
+from suite.results.records import metric_range, task_metrics
+from suite.results.task_catalog import catalog
 
 
-@pytest.mark.parametrize("task", sorted(TASK_METRICS))
+def test_every_task_module_is_described():
+    from tasks import described_tasks
+
+    assert sorted(task_metrics()) == described_tasks()
+
+
+@pytest.mark.parametrize("task", sorted(task_metrics()))
 def test_task_metrics_match_the_task_classes(task):
+    """The Task class takes its metric and targets from the same DESCRIPTION the records layer reads."""
     from tasks import get_task_class
 
-    metric = get_task_class(task).metric
-    assert TASK_METRICS[task] == (metric.name, metric.higher_is_better)
+    cls = get_task_class(task)
+    assert task_metrics()[task] == (cls.metric.name, cls.metric.higher_is_better)
+    assert {t: b.target for t, b in cls.tiers.items()} == dict(catalog()[task].targets)
 
 
 def test_metric_ranges():

@@ -1,0 +1,195 @@
+"""The task descriptions, read from the task modules without importing them (torch-free).
+
+A task is one description: the ``DESCRIPTION`` dict literal at the top level of its module
+(``tasks/<name>.py``, or a module in a ``$MPCBENCH_TASK_PATH`` folder). The results schema
+(``records.task_metrics`` and the metric ranges), the leaderboard page, ``mpcbench report``,
+the seed-spread tool and the ``Task`` class itself (its metric and per-tier targets) all read
+it, so adding a task touches its module and the matrix, nothing else. The literal is read
+with ``ast.literal_eval`` (never executed), so this module stays torch-free and a record reader
+never runs task code. Example::
+
+    DESCRIPTION = {
+        "name": "cola",                        # = the module's file name
+        "family": "GLUE fine-tuning",
+        "metric": "matthews_corr", "higher_is_better": True,
+        "metrics": ["matthews_corr"],          # + secondary metrics, recorded in curve points
+        "metric_range": [-1.0, 1.0],           # optional; records outside it are rejected
+        "chance": 0.0, "chance_note": "any constant predictor",
+        "targets": {"smoke": 0.05, "quick": 0.1, "gpu": 0.3, "full": 0.35},
+        "page": "GLUE CoLA grammatical acceptability: ...",   # one paragraph for the page
+        "cpu_note": "",                        # what the CPU (quick) tier cannot resolve
+    }
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from suite import settings
+
+__all__ = ["TaskDescription", "CatalogError", "task_dirs", "read_description", "catalog", "describe"]
+
+TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
+REQUIRED = ("name", "family", "metric", "higher_is_better", "chance", "targets", "page")
+OPTIONAL = ("metrics", "metric_range", "chance_note", "cpu_note", "unit")
+
+
+class CatalogError(ValueError):
+    """A task module's ``DESCRIPTION`` is missing or malformed; the message names the file."""
+
+
+@dataclass(frozen=True)
+class TaskDescription:
+    """One task's description (see the module docstring for the fields)."""
+
+    name: str
+    family: str
+    metric: str
+    higher_is_better: bool
+    chance: float
+    targets: Mapping[str, float]
+    page: str
+    metrics: tuple[str, ...] = ()
+    metric_range: tuple[float, float] | None = None
+    chance_note: str = ""
+    cpu_note: str = ""
+    unit: str = ""
+    source: str = field(default="", compare=False)
+
+    @property
+    def direction(self) -> str:
+        return "higher is better" if self.higher_is_better else "lower is better"
+
+    def page_text(self) -> str:
+        """The task's paragraph for the page and the report: text, chance level, CPU caveat."""
+        chance = f"{self.metric} of a trivial predictor: {self.chance:g}" + (
+            f" ({self.chance_note})" if self.chance_note else ""
+        )
+        parts = [self.page.strip(), f"Metric: {self.metric} ({self.direction}); {chance}."]
+        if self.cpu_note:
+            parts.append(f"CPU tier: {self.cpu_note.strip()}")
+        return " ".join(parts)
+
+
+def task_dirs() -> list[Path]:
+    """``tasks/`` and the folders of ``$MPCBENCH_TASK_PATH`` (os.pathsep-separated)."""
+    extra = [Path(p).expanduser() for p in settings.get("MPCBENCH_TASK_PATH").split(os.pathsep) if p]
+    return [TASKS_DIR, *extra]
+
+
+def _literal(path: Path) -> dict[str, Any] | None:
+    """The ``DESCRIPTION`` literal of a module, or None when it has none."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, SyntaxError, ValueError) as e:
+        raise CatalogError(f"{path}: cannot parse: {type(e).__name__}: {e}") from None
+    for node in tree.body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        if any(isinstance(t, ast.Name) and t.id == "DESCRIPTION" for t in targets) and node.value is not None:
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                raise CatalogError(
+                    f"{path}: DESCRIPTION must be a literal dict (strings, numbers, lists, dicts; no names or calls)"
+                ) from None
+            if not isinstance(value, dict):
+                raise CatalogError(f"{path}: DESCRIPTION must be a dict, got {type(value).__name__}")
+            return value
+    return None
+
+
+def read_description(path: Path) -> TaskDescription | None:
+    """The validated description in ``path`` (None: the module defines no task)."""
+    d = _literal(path)
+    if d is None:
+        return None
+    missing = [k for k in REQUIRED if k not in d]
+    unknown = sorted(set(d) - set(REQUIRED) - set(OPTIONAL))
+    if missing or unknown:
+        raise CatalogError(
+            f"{path}: DESCRIPTION " + (f"lacks {missing}" if missing else "") + (" and " if missing and unknown else "")
+            + (f"has unknown keys {unknown} (valid: {', '.join(REQUIRED + OPTIONAL)})" if unknown else "")
+        )  # fmt: skip
+    if d["name"] != path.stem:
+        raise CatalogError(f"{path}: DESCRIPTION name {d['name']!r} must be the module's name {path.stem!r}")
+    targets = d["targets"]
+    if not isinstance(targets, dict) or not all(
+        isinstance(v, (int, float)) and math.isfinite(v) for v in targets.values()
+    ):
+        raise CatalogError(f"{path}: DESCRIPTION targets must map tier names to finite numbers")
+    if not isinstance(d["higher_is_better"], bool) or not isinstance(d["chance"], (int, float)):
+        raise CatalogError(f"{path}: DESCRIPTION higher_is_better must be a bool and chance a number")
+    rng = d.get("metric_range")
+    if rng is not None and not (isinstance(rng, (list, tuple)) and len(rng) == 2 and rng[0] < rng[1]):
+        raise CatalogError(f"{path}: DESCRIPTION metric_range must be [low, high]")
+    metrics = tuple(d.get("metrics") or (d["metric"],))
+    if metrics[0] != d["metric"]:
+        raise CatalogError(f"{path}: DESCRIPTION metrics must start with the metric {d['metric']!r}")
+    return TaskDescription(
+        name=str(d["name"]),
+        family=str(d["family"]),
+        metric=str(d["metric"]),
+        higher_is_better=bool(d["higher_is_better"]),
+        chance=float(d["chance"]),
+        targets={str(k): float(v) for k, v in targets.items()},
+        page=str(d["page"]),
+        metrics=metrics,
+        metric_range=None if rng is None else (float(rng[0]), float(rng[1])),
+        chance_note=str(d.get("chance_note", "")),
+        cpu_note=str(d.get("cpu_note", "")),
+        unit=str(d.get("unit", "")),
+        source=str(path),
+    )
+
+
+_CACHE: dict[tuple[str, int, int], TaskDescription | None] = {}
+_LAST: list[Any] = [None, {}]  # (folders and their mtimes, catalog): records are validated by the thousand
+
+
+def catalog() -> dict[str, TaskDescription]:
+    """Every task's description, by name (modules in :func:`task_dirs` that define ``DESCRIPTION``).
+
+    Re-read when a folder's listing changes, and each module when it changes (path, size, mtime).
+    A malformed description raises :class:`CatalogError`; two modules with the same name: the
+    first folder wins.
+    """
+    dirs = task_dirs()
+    key = tuple((str(d), d.stat().st_mtime_ns if d.is_dir() else None) for d in dirs)
+    if _LAST[0] == key:
+        return dict(_LAST[1])
+    out = _scan(dirs)
+    _LAST[0], _LAST[1] = key, out
+    return dict(out)
+
+
+def _scan(dirs: list[Path]) -> dict[str, TaskDescription]:
+    out: dict[str, TaskDescription] = {}
+    for folder in dirs:
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.py")):
+            if path.name.startswith("_"):
+                continue
+            st = path.stat()
+            key = (str(path), st.st_size, st.st_mtime_ns)
+            if key not in _CACHE:
+                _CACHE[key] = read_description(path)
+            d = _CACHE[key]
+            if d is not None and d.name not in out:
+                out[d.name] = d
+    return out
+
+
+def describe(task: str) -> TaskDescription | None:
+    """The description of ``task``, or None for a task no module here describes (a stranger's record)."""
+    try:
+        return catalog().get(task)
+    except CatalogError:
+        return None
