@@ -278,3 +278,25 @@ def test_round_trip_vs_anchor(benchmark, anchor_case):
     print(
         f"\n{name:10s} {'x'.join(map(str, shape)):12s} ratio {lo:.2f} / {mid:.2f} / {hi:.2f}  load {load0:.1f}->{load1:.1f}"
     )
+
+
+@pytest.mark.parametrize("wire", ["float16", "bfloat16"])
+def test_cast_with_one_check_pass_vs_anchor(benchmark, wire):
+    """The floor of a refusing cast on CPU: the plain cast there and back plus the cheapest exact
+    non-finite check torch offers (a sum of the 2-byte output; eager CPU has no fused
+    cast-and-reduce), against the plain cast. fp16/bf16 cannot go below this ratio without a
+    compiled kernel; compare it with their rows of ``test_round_trip_vs_anchor``."""
+    x = make_input(ISSUE_SHAPE, torch.float32, torch.device("cpu"))
+    dtype = getattr(torch, wire)
+
+    def checked() -> torch.Tensor:
+        h = x.to(dtype)
+        bool(torch.isfinite(h.sum()))
+        return h.float()
+
+    load0 = os.getloadavg()[0]
+    ratios: list[float] = []
+    benchmark.pedantic(lambda: ratios.extend(interleaved(checked, lambda: x.to(dtype).float())), rounds=1, iterations=1)
+    lo, mid, hi = min(ratios), median(ratios), max(ratios)
+    benchmark.extra_info.update(wire=wire, ratio_min=lo, ratio_median=mid, ratio_max=hi, load_1m_before=load0)
+    print(f"\ncast + one sum check ({wire}) vs plain cast: {lo:.2f} / {mid:.2f} / {hi:.2f}  load {load0:.1f}")

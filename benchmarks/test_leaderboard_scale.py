@@ -63,6 +63,7 @@ COMPRESSORS = [
     "threshold",
 ]
 TARGETS = {10_000: (3.0, 500), 100_000: (15.0, None)}  # records -> (seconds, MB or None)
+COLD_TARGETS = {10_000: (3.0, 500), 100_000: (30.0, 1000)}  # issue 28: no index on disk yet
 
 CHILD = textwrap.dedent(
     """
@@ -196,3 +197,64 @@ def test_cold_render_and_report(benchmark, board, what):
     assert figures["cpu_s"] < seconds, f"{what} of {n} records took {figures['cpu_s']:.1f} CPU s (target {seconds} s)"
     if mb:
         assert figures["rss_mb"] < mb, f"{what} of {n} records peaked at {figures['rss_mb']:.0f} MB (target {mb} MB)"
+
+
+def test_truly_cold_render(benchmark, board, tmp_path):
+    """Issue 28: the page's first render with no index on disk (a fresh cache folder): the
+    index build (every record read, validated and flattened) plus the render."""
+    n, records, _, built = board
+    figures = {}
+
+    def once():
+        figures.update(_child("render", str(records), tmp_path / "fresh-cache"))
+
+    load0 = os.getloadavg()[0]
+    benchmark.pedantic(once, rounds=1, iterations=1)
+    seconds, mb = COLD_TARGETS[n]
+    benchmark.extra_info.update(
+        records=n,
+        what="cold render (index build + render)",
+        seconds=round(figures["s"], 2),
+        cpu_s=round(figures["cpu_s"], 2),
+        rss_mb=round(figures["rss_mb"]),
+        load_1m_before=load0,
+        load_1m_after=os.getloadavg()[0],
+        cores=os.cpu_count(),
+        target_s=seconds,
+        target_mb=mb,
+    )
+    print(
+        f"\ncold render {n} records: {figures['s']:.2f} s wall, {figures['cpu_s']:.2f} s CPU, "
+        f"{figures['rss_mb']:.0f} MB peak (load {load0:.1f} -> {os.getloadavg()[0]:.1f}; targets {seconds} s, {mb} MB)"
+    )
+
+
+@pytest.mark.parametrize("what", ["render", "report"])
+def test_committed_records_first_open(benchmark, tmp_path, what):
+    """Issue 28: the first open of the page / the first ``report`` on the records committed in
+    this repository, no index in the cache (the committed index next to them is used while it
+    matches their files: ``python -m leaderboard.index records``)."""
+    from leaderboard.index import committed_index_status
+
+    stale = {k: v for k, v in committed_index_status(REPO / "records").items() if v}
+    figures = {}
+
+    def once():
+        figures.update(_child(what, str(REPO / "records"), tmp_path / "fresh-cache"))
+
+    load0 = os.getloadavg()[0]
+    benchmark.pedantic(once, rounds=1, iterations=1)
+    benchmark.extra_info.update(
+        what=f"committed records, first {what}",
+        seconds=round(figures["s"], 2),
+        cpu_s=round(figures["cpu_s"], 2),
+        rss_mb=round(figures["rss_mb"]),
+        stale_entries=sorted(stale),
+        load_1m_before=load0,
+        load_1m_after=os.getloadavg()[0],
+        target_s=3.0,
+    )
+    print(
+        f"\ncommitted records, first {what}: {figures['s']:.2f} s wall, {figures['cpu_s']:.2f} s CPU, "
+        f"{figures['rss_mb']:.0f} MB (load {load0:.1f} -> {os.getloadavg()[0]:.1f}; stale entries: {sorted(stale)})"
+    )
