@@ -49,6 +49,8 @@ DIRECTION_LABELS = {
     "forward": "forward (activations)",
     "backward": "backward (activation gradients)",
     "dp": "data-parallel (weight gradients)",
+    "tp_forward": "tensor-parallel (activation all-reduces)",
+    "tp_backward": "tensor-parallel (gradient all-reduces)",
 }
 QUALITY_LABELS = {"compressed": "with compression at evaluation", "uncompressed": "without compression at evaluation"}
 CUSTOM = "custom (sliders)"
