@@ -32,6 +32,7 @@ __all__ = [
     "Compressor",
     "CompressorError",
     "payload_nbytes",
+    "payload_dtype_problem",
     "chain",
     "completed",
     "check_finite",
@@ -165,6 +166,20 @@ def completed(value: Any) -> torch.futures.Future:
 def payload_nbytes(payload: Payload) -> int:
     """Bytes a payload occupies on the wire (sum over its tensors, no headers)."""
     return sum(t.numel() * t.element_size() for t in payload)
+
+
+def payload_dtype_problem(payload: Payload, input_dtype: torch.dtype) -> str | None:
+    """Why a payload's dtypes cannot be right, or None: a floating tensor wider than both the
+    input and float32 (``float64`` for a float32 input: ``torch.tensor(...)`` of Python floats,
+    a NumPy round trip) only adds bytes, so the runtime and ``mpcbench check`` refuse it with
+    this one line instead of ranking a compressor that expands what it was given."""
+    for i, t in enumerate(payload):
+        if t.is_floating_point() and t.element_size() > max(4, input_dtype.itemsize):
+            return (
+                f"payload tensor {i} is {t.dtype}, wider than the input's {input_dtype}: cast it to the "
+                f"input's dtype or smaller before returning it (e.g. t.to(x.dtype) or t.half())"
+            )
+    return None
 
 
 def check_finite(x: Tensor, info: TensorInfo, name: str) -> None:

@@ -39,7 +39,7 @@ from typing import Hashable, Iterator
 import torch
 from torch import Tensor
 
-from compressors.api import Compressor, CompressorError, Payload, TensorInfo, TensorRole
+from compressors.api import Compressor, CompressorError, Payload, TensorInfo, TensorRole, payload_dtype_problem
 from compressors.builtins.baseline import NoCompression
 from compressors.registry import build, private_plugin_modules
 from compressors.spec import Spec
@@ -128,6 +128,8 @@ def _check_payload(payload: object, comp: Compressor, info: TensorInfo) -> Paylo
                 f"{comp.spec or comp.name}: compress returned payload tensor {i} on device {t.device}, "
                 f"expected {info.device} (the input's device) {where}"
             )
+    if why := payload_dtype_problem(payload, info.dtype):
+        raise CompressorError(f"{comp.spec or comp.name}: compress: {why} {where}")
     return payload
 
 

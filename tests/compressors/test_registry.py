@@ -321,3 +321,17 @@ def test_entry_point_name_clash_is_reported_not_raised(sandbox, monkeypatch):
     assert "already taken" in errors["topk"]
     assert compressors.get_class("topk").__name__ == "TopK"
     assert compressors.get_class("fine_plugin") is mod.Fine
+
+
+def test_a_payload_wider_than_its_input_and_float32_is_named_with_the_fix():
+    import torch
+
+    from compressors.api import payload_dtype_problem
+
+    x32, x16 = torch.zeros(4), torch.zeros(4, dtype=torch.bfloat16)
+    why = payload_dtype_problem((torch.zeros(2, dtype=torch.uint8), x32.double()), x32.dtype)
+    assert why is not None and why.startswith("payload tensor 1 is torch.float64, wider than the input's torch.float32")
+    assert "cast it to the input's dtype or smaller" in why
+    assert payload_dtype_problem((x32, x32.half()), x32.dtype) is None
+    assert payload_dtype_problem((x16, x16.float()), x16.dtype) is None  # float32 scales beside bf16 values: fine
+    assert payload_dtype_problem((x32.double(),), torch.float64) is None  # a float64 input may send float64

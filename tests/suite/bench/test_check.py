@@ -113,6 +113,32 @@ def test_check_fails_a_broken_plugin_naming_each_broken_clause(tmp_path):
     assert "leaky: step 0 beside another instance pair: payload tensor 0 differs" in r.stdout
 
 
+WIDE = """
+from compressors import Compressor, register
+
+
+@register("wide")
+class Wide(Compressor):
+    def compress(self, x, info):
+        return (x.detach().double(),)  # twice the input's bytes
+
+    def decompress(self, payload, info):
+        return payload[0].to(info.dtype)
+"""
+WIDE_LINE = (
+    "wide: compress: payload tensor 0 is torch.float64, wider than the input's torch.float32: "
+    "cast it to the input's dtype or smaller"
+)
+
+
+def test_check_names_a_float64_payload_and_the_fix_without_a_tensor_dump(tmp_path):
+    (tmp_path / "wide.py").write_text(WIDE)
+    r = _check("wide.py", "--pytest=-k", "--pytest=payload_bytes or roundtrip_keeps", cwd=tmp_path)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr
+    assert WIDE_LINE in r.stdout, r.stdout[-3000:]
+    assert "tensor([" not in r.stdout  # numbers and dtypes, not the payload's values
+
+
 def test_check_one_spec_and_a_plugin_that_does_not_import(tmp_path):
     (tmp_path / "broken.py").write_text(BROKEN)
     r = _check("broken.py", "noisy", "--pytest=-k", "--pytest=same_seed", cwd=tmp_path)

@@ -113,6 +113,26 @@ def test_a_fixed_size_compressor_whose_payload_changes_is_refused(tiny_cell, res
         run(tiny_cell(plan={"forward": "fixture_lying_fixed", "backward": "none"}, stages=2))
 
 
+class _Float64(Compressor):
+    """A plugin bug seen in the wild: the payload built in float64, twice the input's bytes."""
+
+    def compress(self, x, info):
+        return (x.detach().double(),)
+
+    def decompress(self, payload, info):
+        return payload[0].to(info.dtype)
+
+
+def test_a_float64_payload_fails_the_cell_with_one_line_naming_the_dtype_and_the_fix(tiny_cell, restore_registry):
+    register("fixture_float64")(_Float64)
+    with pytest.raises(CompressorError) as e:
+        run(tiny_cell(plan={"forward": "fixture_float64", "backward": "none"}, stages=2))
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert "payload tensor 0 is torch.float64, wider than the input's torch.float32" in msg
+    assert "cast it to the input's dtype or smaller" in msg
+
+
 def test_compress_warmup_steps_send_uncompressed(tiny_cell):
     r = run(tiny_cell(plan="fp8", stages=2, compress_warmup_steps=2))
     fwd = r.wire_bytes_by_step["forward"]
