@@ -27,9 +27,9 @@ from typing import Callable
 import pytest
 import torch
 from _harness import Pair, cpu_clock, default_spec, main_role, make_info, make_input
-from conftest import shape_for
 
 import compressors
+from conftest import shape_for
 
 ROUNDS = int(os.environ.get("MPCBENCH_ANCHOR_ROUNDS", "11"))
 ROUND_S = 0.03  # target seconds of one side of one round

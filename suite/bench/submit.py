@@ -168,6 +168,15 @@ def submit(
     from .runner import run_cells
     from .store import ResultsStore
 
+    if screenshots:  # what the last step needs, checked before the baselines take minutes to run
+        from leaderboard.screenshot import find_chromium
+
+        if find_chromium() is None:
+            say(
+                "mpcbench submit: the previews need chromium, which is not found: install it "
+                "(apt-get install -y chromium) or set MPCBENCH_CHROMIUM, or pass --no-screenshots; nothing was run"
+            )
+            return 1
     if not (entry / "entry.yaml").exists():
         say(f"mpcbench submit: wrote {write_entry_yaml(entry)}: check name and submitter, add a description")
     records, problems = load_entry(entry)

@@ -128,8 +128,8 @@ def _check_payload(payload: object, comp: Compressor, info: TensorInfo) -> Paylo
                 f"{comp.spec or comp.name}: compress returned payload tensor {i} on device {t.device}, "
                 f"expected {info.device} (the input's device) {where}"
             )
-    if why := payload_dtype_problem(payload, info.dtype):
-        raise CompressorError(f"{comp.spec or comp.name}: compress: {why} {where}")
+    if wide := payload_dtype_problem(payload, info.dtype):
+        raise CompressorError(f"{comp.spec or comp.name}: compress: {wide} {where}")
     return payload
 
 

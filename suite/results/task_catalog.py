@@ -92,6 +92,8 @@ def _literal(path: Path) -> dict[str, Any] | None:
         targets = (
             node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
         )
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+            continue
         if any(isinstance(t, ast.Name) and t.id == "DESCRIPTION" for t in targets) and node.value is not None:
             try:
                 value = ast.literal_eval(node.value)

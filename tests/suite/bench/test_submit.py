@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from suite.bench.cli import main
 from suite.bench.provenance import _file_hash
 from suite.bench.store import read_jsonl
@@ -129,3 +131,15 @@ def test_screenshot_commands_name_each_view_of_the_entry(tmp_path):
         "mine",
     ]
     assert cmds[1][cmds[1].index("--task") + 1] == "sst2"
+
+
+def test_submit_checks_for_chromium_before_running_anything(tmp_path, capsys, monkeypatch):
+    entry = _entry(tmp_path)
+    monkeypatch.setenv("MPCBENCH_CHROMIUM", str(tmp_path / "no-such-chromium"))
+    import suite.bench.runner as runner
+
+    monkeypatch.setattr(runner, "run_cells", lambda *a, **k: pytest.fail("baselines ran before the chromium check"))
+    rc = main(["submit", str(entry)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "the previews need chromium, which is not found" in err and "--no-screenshots" in err
+    assert not (entry / "baselines.jsonl").exists()
