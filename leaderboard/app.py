@@ -234,6 +234,7 @@ def _link_for_plot(network: str | None, link: Link | None) -> Link:
 def _pareto_chart(table: pd.DataFrame, direction: str, metric: str, higher_is_better: bool) -> alt.Chart | None:
     col = f"bytes_per_step_{direction}"
     pts = table[(table["n"] > 0) & (table[col] > 0) & table["quality"].notna()].copy()
+    pts = pts.drop(columns=[c for c in pts if pts[c].map(lambda v: isinstance(v, (list, dict))).any()])  # chart data
     if pts.empty:
         return None
     several_setups = pts["setup"].nunique() > 1  # then one point per (compressor, setup), shaped by setup
@@ -287,32 +288,65 @@ def _pareto_chart(table: pd.DataFrame, direction: str, metric: str, higher_is_be
 
 
 def _ttq_chart(
-    ttq: pd.DataFrame, metric: str, higher_is_better: bool, link_words: str, target: float | None
+    ttq: pd.DataFrame,
+    seeds: pd.DataFrame,
+    marks: pd.DataFrame,
+    metric: str,
+    higher_is_better: bool,
+    link_words: str,
+    target: float | None,
 ) -> alt.Chart:
-    ttq = ttq.assign(
-        line=[f"{lbl} ({src})" if src != "modeled" else lbl for lbl, src in zip(ttq["label"], ttq["source"])]
-    )
+    """Mean curves (bold), every seed's curve (faint: the spread), the target line, and on it the
+    table's time-to-target per row: mean ± sd of the seeds' interpolated crossings, the same
+    numbers as the ranking table (the mean curve's own crossing can differ: a mean of curves is
+    not a curve of means)."""
+    label = lambda df: [  # noqa: E731
+        f"{lbl} ({src})" if src != "modeled" else lbl for lbl, src in zip(df["label"], df["source"])
+    ]
+    ttq = ttq.assign(line=label(ttq))
     x = alt.X("time_s:Q", title=f"modeled wall-clock seconds ({link_words})")
     y = alt.Y("metric:Q", scale=alt.Scale(zero=False, reverse=not higher_is_better), title=metric)
+    color = alt.Color("line:N", title="entry / compressor", legend=alt.Legend(labelLimit=420))
     lines = (
         alt.Chart(ttq)
         .mark_line(point=True)
         .encode(
             x=x,
             y=y,
-            color=alt.Color("line:N", title="entry / compressor", legend=alt.Legend(labelLimit=420)),
+            color=color,
             strokeDash=alt.StrokeDash("source:N", title="time"),
             tooltip=["line:N", "step:Q", "time_s:Q", "metric:Q", "seeds:Q"],
         )
     )
+    layers = [lines]
+    if len(seeds):
+        seeds = seeds.assign(line=label(seeds))
+        layers.append(
+            alt.Chart(seeds)
+            .mark_line(opacity=0.25, strokeWidth=1)
+            .encode(
+                x=x, y=y, color=color, detail="seed:N", tooltip=["line:N", "seed:Q", "step:Q", "time_s:Q", "metric:Q"]
+            )
+        )
     if target is not None and not math.isnan(target):
-        rule = (
+        layers.append(
             alt.Chart(pd.DataFrame({"target": [target]}))
             .mark_rule(color="#555", strokeDash=[2, 2])
             .encode(y="target:Q")
         )
-        lines = lines + rule
-    return lines.properties(width=PLOT_W, height=PLOT_H)
+        if len(marks):
+            marks = marks.assign(
+                metric=target, lo=marks["time_s"] - marks["sd"].fillna(0), hi=marks["time_s"] + marks["sd"].fillna(0)
+            )
+            layers.append(
+                alt.Chart(marks).mark_rule(strokeWidth=3).encode(x="lo:Q", x2="hi:Q", y="metric:Q", color=color)
+            )
+            layers.append(
+                alt.Chart(marks)
+                .mark_point(shape="diamond", size=140, filled=True)
+                .encode(x="time_s:Q", y="metric:Q", color=color, tooltip=["line:N", "time_s:Q", "sd:Q", "reached:N"])
+            )
+    return alt.layer(*layers).properties(width=PLOT_W, height=PLOT_H)
 
 
 def _curves_chart(curves: pd.DataFrame, metric: str) -> alt.Chart:
@@ -512,26 +546,69 @@ def _pareto_section(f: Filters, ranked: pd.DataFrame, metric: str, higher: bool)
 
 
 def _time_to_quality_section(
-    f: Filters, rows: pd.DataFrame, labels: dict, own: list[str], metric: str, higher: bool, target: float
+    f: Filters,
+    rows: pd.DataFrame,
+    ranked: pd.DataFrame,
+    labels: dict,
+    own: list[str],
+    metric: str,
+    higher: bool,
+    target: float,
 ) -> tuple[list[tuple[str, str, str]], pd.DataFrame]:
     """The time-to-quality plot of the chosen rows; returns (chosen rows' keys, their detailed records)."""
     st.subheader("Time to quality")
     st.caption(
         "Quality against modeled wall-clock time at the chosen network: the measured compute and compression "
-        "times and the measured bytes of every step, replayed over the link. Dashed horizontal line: the target. "
-        "Emulated-link measurements, where records have them, are drawn dashed."
+        "times and the measured bytes of every step, replayed over the link. Bold: the mean over seeds; faint: "
+        "each seed. Dashed horizontal line: the target; on it, diamonds with bars: the ranking table's "
+        "time-to-target (mean ± sd of the seeds' crossings, each interpolated between the evaluations around "
+        "it). The baseline is always drawn. Emulated-link measurements, where records have them, are drawn dashed."
     )
-    default = list(dict.fromkeys(own[:6] + list(labels)[: max(0, 6 - len(own[:6]))] + list(labels)[:1]))
+    # the baseline is always drawn: the reader compares every curve with it
+    baselines = [lbl for lbl, key in labels.items() if key[1] == ranking.BASELINE][:1]
+    default = list(dict.fromkeys(own[:6] + list(labels)[: max(0, 6 - len(own[:6]))] + list(labels)[:1] + baselines))
     chosen = st.multiselect("Entries", list(labels), default=default, key="curves")
     sel = [labels[c] for c in chosen]
     picked = rows[views._selected(rows, sel) & rows["latest"] & (rows["status"] == "ok")] if sel else rows.iloc[:0]
     detailed = load_details(picked) if len(picked) else picked.assign(curve=[], timing_inputs=[])
-    ttq = ranking.time_to_quality_frame(detailed, _link_for_plot(f.network, f.link), sel, quality=f.quality)
+    link = _link_for_plot(f.network, f.link)
+    ttq = ranking.time_to_quality_frame(detailed, link, sel, quality=f.quality)
     if ttq.empty:
         st.text("No curve points with timing inputs for the selected entries.")
     else:
-        st.altair_chart(_ttq_chart(ttq, metric, higher, f.link_words, target), width="content")
+        seeds = ranking.time_to_quality_frame(detailed, link, sel, quality=f.quality, per_seed=True)
+        seeds = seeds[seeds["source"] == "modeled"]
+        marks = _table_marks(ranked, sel, f.network, ttq) if f.quality == "compressed" else pd.DataFrame()
+        st.altair_chart(_ttq_chart(ttq, seeds, marks, metric, higher, f.link_words, target), width="content")
     return sel, detailed
+
+
+def _table_marks(ranked: pd.DataFrame, sel: list, network: str | None, ttq: pd.DataFrame) -> pd.DataFrame:
+    """The ranking table's time-to-target (mean ± sd over the seeds' crossings) of the plotted rows."""
+    col = f"time_to_target_s@{network}"
+    if not network or col not in ranked:
+        return pd.DataFrame()
+    names = {
+        (e, c, s): lbl
+        for lbl, e, c, s in ttq[["label", "entry", "compressor", "setup"]]
+        .drop_duplicates()
+        .itertuples(index=False, name=None)
+    }
+    out = []
+    for r in ranked.to_dict("records"):
+        key = (r["entry"], r.get("compressor_label") or r["compressor"], r["setup"])
+        if (r["entry"], r["compressor"], r["setup"]) in sel and key in names and r[col] == r[col]:
+            reached = int(round(r.get(f"reached@{network}", 0.0) * r["n"]))
+            out.append(
+                {
+                    "label": names[key],
+                    "source": "modeled",
+                    "time_s": r[col],
+                    "sd": r.get(f"time_sd@{network}"),
+                    "reached": f"{reached}/{r['n']}",
+                }
+            )
+    return pd.DataFrame(out)
 
 
 def _curves_section(detailed: pd.DataFrame, sel: list, metric: str) -> None:
@@ -707,13 +784,14 @@ def main(argv: list[str] | None = None) -> None:
     labels = _row_labels(ranked)  # rows that differ only by setup get the setup in their label
     url_entry = str(st.session_state.get("_url_entry") or "")
     own = [lbl for lbl, key in labels.items() if key[0] == url_entry]
-    sel, detailed = _time_to_quality_section(f, rows, labels, own, metric, higher, target)
+    sel, detailed = _time_to_quality_section(f, rows, ranked, labels, own, metric, higher, target)
     _curves_section(detailed, sel, metric)
     _detail_section(f, rows, labels, own)
     _score_section(frame, version, f.tier)
     _reproductions_section(frame, version)
     with st.expander("All aggregated columns"):
-        st.dataframe(ranked.drop(columns=["seeds", "code_versions"], errors="ignore"), hide_index=True, width="stretch")
+        nested = [c for c in ranked.columns if ranked[c].map(lambda v: isinstance(v, (list, dict))).any()]
+        st.dataframe(ranked.drop(columns=nested), hide_index=True, width="stretch")  # per-seed lists: in the table
     _skipped(index.problems)
 
 

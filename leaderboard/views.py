@@ -193,7 +193,12 @@ def machine_note(machine: str, load_1m: float, cpu_count: float) -> str:
 
 
 def time_to_quality_frame(
-    frame: pd.DataFrame, link: Link, selection: Iterable[tuple[str, ...]] | None = None, *, quality: str = "compressed"
+    frame: pd.DataFrame,
+    link: Link,
+    selection: Iterable[tuple[str, ...]] | None = None,
+    *,
+    quality: str = "compressed",
+    per_seed: bool = False,
 ) -> pd.DataFrame:
     """Quality against modeled wall-clock at ``link``, one line per row (entry, compressor,
     setup): for each curve point, the seconds the run's stored timing inputs take to reach
@@ -202,7 +207,8 @@ def time_to_quality_frame(
     ``quality``) averaged likewise. Columns: ``label, entry, compressor, setup, step,
     time_s, metric, seeds, source`` (``"modeled"``; a run over an emulated or real link, ``mpcbench
     run --link``, adds its measured curve: the curve points' ``wall_s``, training wall-clock up to
-    that step, with ``source = "emulated <link>"`` / ``"measured real network"``)."""
+    that step, with ``source = "emulated <link>"`` / ``"measured real network"``). ``per_seed``:
+    one line per seed instead (column ``seed`` in place of ``seeds``), for the plot's seed curves."""
     cols = ["label", "entry", "compressor", "setup", "step", "time_s", "metric", "seeds", "source"]
     if frame.empty:
         return pd.DataFrame(columns=cols)
@@ -240,6 +246,8 @@ def time_to_quality_frame(
                 )
     long = pd.DataFrame(points, columns=cols[:-2] + ["seed", "source"])
     long = long.dropna(subset=["time_s", "metric"])
+    if per_seed:
+        return long.sort_values(["label", "source", "seed", "step"], kind="stable").reset_index(drop=True)
     if long.empty:
         return pd.DataFrame(columns=cols)
     out = long.groupby(["label", "entry", "compressor", "setup", "source", "step"], sort=True).agg(
