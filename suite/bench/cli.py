@@ -17,6 +17,7 @@ Exit codes: 0 success; 1 a cell failed / a file has problems; 2 bad command line
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -192,6 +193,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     refuse_unimportable(selection.plugins)  # exit 2 before anything trains
     cells = plan_cells(selection)
     store = ResultsStore(args.results)
+    if not args.dry_run:
+        for line in store.recover():  # records a full disk kept aside last time (StoreError: the spool)
+            print(f"mpcbench: {line}", file=sys.stderr)
     runnable = [c for c in cells if c.runnable]
     done = store.done_keys()
     todo = [c for c in runnable if c.config.key() not in done]
@@ -409,8 +413,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 records, probs = load_entries(path)
             problems, n, what = [str(p) for p in probs], len(records), "records"
         elif path.exists():
-            from .store import read_jsonl
+            from .store import ResultsStore, StoreError, read_jsonl
 
+            with contextlib.suppress(StoreError):
+                for line in ResultsStore(path).recover():  # a record a full disk kept aside
+                    print(f"mpcbench: {line}", file=sys.stderr)
             records, problems = read_jsonl(path)
             problems = [f"{path}: {p}" for p in problems]
             n, what = len(records), "records"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import math
 import os
@@ -229,11 +230,62 @@ class ResultsStore:
                     with contextlib.suppress(OSError):
                         os.ftruncate(fd, size)  # drop our partial line: the store is as before
                         os.fsync(fd)
-                    raise StoreError(self._unwritable(e, what)) from None
+                    raise StoreError(self._unwritable(e, what) + self._spool(clean)) from None
             finally:
                 os.close(fd)
             if created:
                 _fsync_dir(self.path.parent)
+
+    # ------------------------------------------------------------------ the spool (issue 23)
+    def spool_dirs(self) -> list[Path]:
+        """Where a record that could not be appended is kept: beside the store, else in the temp folder
+        (often another file system); the next run or ``mpcbench validate`` adds it (:meth:`recover`)."""
+        key = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:16]
+        return [self.path.with_name(self.path.name + ".spool"), Path(tempfile.gettempdir()) / "mpcbench-spool" / key]
+
+    def _spool(self, record: dict[str, Any]) -> str:
+        """Keep ``record`` in the first spool folder that takes it; the clause for the error line."""
+        data = (dump_record(record) + "\n").encode("utf-8")
+        for d in self.spool_dirs():
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+                path = d / f"{record.get('record_id', 'record')}.jsonl"
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    _write_all(fd, data)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                return f"; the record is kept in {path}: the next run or `mpcbench validate` adds it to the store"
+            except OSError:
+                with contextlib.suppress(OSError, UnboundLocalError):
+                    path.unlink()
+                continue
+        return "; it could not be kept anywhere (no spool folder is writable)"
+
+    def recover(self) -> list[str]:
+        """Append the spooled records (those not yet in the store) and remove their spool files; one
+        line per record added. A spool file that still cannot be appended stays for the next time."""
+        done: list[str] = []
+        files = [f for d in self.spool_dirs() if d.is_dir() for f in sorted(d.glob("*.jsonl"))]
+        if not files:
+            return done
+        have = {r.get("record_id") for r in self.records()}
+        for f in files:
+            records, _ = read_jsonl(f)
+            try:
+                for r in records:
+                    if r.get("record_id") not in have:
+                        self.append(r)
+                        have.add(r.get("record_id"))
+                        done.append(f"recovered the record of {r.get('cell_id', '?')} from {f}")
+                f.unlink()
+            except StoreError:
+                break  # still no room: keep the rest
+        for d in self.spool_dirs():
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        return done
 
     def records(self) -> list[dict[str, Any]]:
         """Every valid record, oldest first (invalid lines are skipped; see :meth:`problems`)."""

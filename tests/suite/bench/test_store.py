@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -310,3 +311,35 @@ def test_a11_read_only_location_is_one_line_before_any_cell_runs(read_only_dir, 
     err = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert err[-1].startswith("mpcbench: error: results store ") and "is not writable" in err[-1]
+
+
+def test_a_record_that_cannot_be_appended_is_spooled_and_recovered(tmp_path, monkeypatch, capsys):
+    """Issue 23: before, when the disk filled while a finished cell's record was appended, that record was
+    lost (neither in the store nor the log). Now it is kept in a spool file named in the one-line error,
+    and the next `mpcbench validate` (or run) adds it."""
+    import errno
+
+    from suite.bench import store as store_mod
+    from suite.bench.cli import main
+
+    store = ResultsStore(tmp_path / "store.jsonl")
+    store.append(_record(0))
+    real_write = os.write
+
+    def full(fd, data):
+        if os.fstat(fd).st_ino == os.stat(store.path).st_ino:  # only the store is full
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(store_mod.os, "write", full)
+    with pytest.raises(StoreError) as info:
+        store.append(_record(1))
+    monkeypatch.undo()
+    msg = str(info.value)
+    assert "\n" not in msg and "disk full" in msg and "the record is kept in" in msg
+    spooled = Path(msg.split("the record is kept in ")[1].split(":")[0])
+    assert spooled.is_file() and [r["seed"] for r in read_jsonl(store.path)[0]] == [0]
+    assert main(["validate", str(store.path)]) == 0
+    assert "recovered the record of" in capsys.readouterr().err
+    assert [r["seed"] for r in read_jsonl(store.path)[0]] == [0, 1] and not spooled.exists()
+    assert store.recover() == []  # nothing left, nothing doubled
