@@ -621,7 +621,15 @@ def _overload(record: dict[str, Any]) -> float:
 
 
 def field_diffs(old: dict[str, Any], new: dict[str, Any], *, exact: bool, tol: float = 0.0) -> list[str]:
-    """Every difference between a record and its re-run in the fields the board shows or derives from."""
+    """Every difference between a record and its re-run in the fields the board shows or derives from
+    (a field of a type the comparison cannot read is itself a difference, never an exception)."""
+    try:
+        return _field_diffs(old, new, exact=exact, tol=tol)
+    except Exception as e:  # noqa: BLE001 - the record is untrusted: an unreadable field is a mismatch
+        return [f"a field cannot be compared ({type(e).__name__}: {' '.join(str(e).split())[:120]})"]
+
+
+def _field_diffs(old: dict[str, Any], new: dict[str, Any], *, exact: bool, tol: float = 0.0) -> list[str]:
     d = _Diffs(exact, tol)
     for k in IDENTITY_FIELDS:
         d.same(k, old.get(k), new.get(k))
@@ -635,7 +643,8 @@ def field_diffs(old: dict[str, Any], new: dict[str, Any], *, exact: bool, tol: f
             for k in ("metric", "metric_uncompressed", "train_loss"):
                 d.quality(f"curve[step {a.get('step')}].{k}", a.get(k), b.get(k))
     ra, rb = old.get("reached_target_step"), new.get("reached_target_step")
-    if exact or ra is None or rb is None:
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (ra, rb))
+    if exact or not numbers:
         d.same("reached_target_step", ra, rb)
     else:  # across machines the crossing may move by one evaluation
         steps = [p.get("step") for p in oc if isinstance(p.get("step"), int)]

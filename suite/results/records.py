@@ -300,6 +300,11 @@ MAX_TIMING_LINKS = 256  # links or data-parallel entries of one step load
 MAX_TIMING_WORK = 50_000  # loads x actions: ~4 s of simulation over every profile (a quick-tier cell: <= 8,192)
 
 
+def _length(v: Any) -> int:
+    """Items of a list or object (0 for anything else: its type is the model reader's to refuse)."""
+    return len(v) if isinstance(v, (list, dict)) else 0
+
+
 def _check_timing_inputs(ti: Any) -> None:
     """Sizes of ``timing_inputs`` within the caps above (its values are checked by the model's reader)."""
     if ti is None:
@@ -322,10 +327,10 @@ def _check_timing_inputs(ti: Any) -> None:
     if len(steps) > MAX_TIMING_LOADS:
         raise RecordError(f"timing_inputs.steps has {len(steps)} step loads, over the limit of {MAX_TIMING_LOADS}")
     for s in steps:
-        if isinstance(s, dict) and any(len(s.get(k) or ()) > MAX_TIMING_LINKS for k in ("links", "dp")):
+        if isinstance(s, dict) and any(_length(s.get(k)) > MAX_TIMING_LINKS for k in ("links", "dp")):
             raise RecordError(f"timing_inputs.steps has a step load with more than {MAX_TIMING_LINKS} links")
     for k in ("stages", "mean_stages"):
-        if len(ti.get(k) or ()) > MAX_TIMING_RANKS * 4:
+        if _length(ti.get(k)) > MAX_TIMING_RANKS * 4:
             raise RecordError(f"timing_inputs.{k} has more than {MAX_TIMING_RANKS * 4} stages")
     counts = ti.get("counts") or []
     if counts and (not isinstance(counts, list) or len(counts) != len(steps)):
