@@ -344,11 +344,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
 def _load_for_report(args: argparse.Namespace) -> tuple[Any, list[str]]:
     """The records' rows from the leaderboard's compact index (rebuilt for changed sources only)."""
     from leaderboard.index import load_index
+    from suite.results import COMMITTED_RECORDS
 
+    records = list(args.records)
+    if getattr(args, "default_sources", False) and not records and COMMITTED_RECORDS.is_dir():
+        records = [str(COMMITTED_RECORDS)]  # no source named: the local store and the committed records
     stores = [p for p in args.results if Path(p).exists()]
     missing = [p for p in args.results if not Path(p).exists()]
-    index = load_index(stores, args.records)
-    msgs = [str(p) for p in index.problems] + [f"{p}: no such results file" for p in missing if not args.records]
+    index = load_index(stores, records)
+    msgs = [str(p) for p in index.problems] + [f"{p}: no such results file" for p in missing if not records]
     return index.frame, msgs
 
 
@@ -366,7 +370,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.tier:
         frame = frame[frame["tier"].isin(args.tier)]
     if frame.empty:
-        print("no records to report (run `mpcbench run --tier quick` first)", file=sys.stderr)
+        print(
+            "no records to report (run `mpcbench run --tier quick` first, or name sources: --results STORE, "
+            "--records DIR)",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     if args.claims:  # the seed papers' claims and their verdicts
         from leaderboard.report import write_claims
@@ -573,8 +581,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("report", help="ranked table per task and tier")
-    p.add_argument("--results", action="append", default=None, help=f"results store(s) (default {DEFAULT_STORE})")
-    p.add_argument("--records", action="append", default=[], help="also read submissions from this records/ folder")
+    p.add_argument(
+        "--results",
+        action="append",
+        default=None,
+        help=f"results store(s) (default: {DEFAULT_STORE} if present, and the checkout's records/)",
+    )
+    p.add_argument(
+        "--records",
+        action="append",
+        default=[],
+        help="read submissions from this records/ folder (default: the checkout's, when no source is named)",
+    )
     p.add_argument("--task", action="append", default=[])
     p.add_argument("--tier", action="append", default=[])
     p.add_argument("--network", default=None, help="network profile for modeled time-to-target (default 1Gbps)")
@@ -637,6 +655,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if getattr(args, "results", "") is None:
         args.results = [DEFAULT_STORE]
+        args.default_sources = True  # report adds the committed records/ when no source is named
     try:
         return args.func(args)
     except errors as e:

@@ -250,3 +250,24 @@ def test_unknown_names_suggest_the_closest_valid_one(capsys, args, expected):
     rc, out, err = cli(capsys, "run", "--dry-run", *args)
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert expected in err, err
+
+
+def test_report_with_no_source_named_reads_the_checkouts_committed_records(tmp_path, monkeypatch, capsys):
+    """A fresh clone has no results store: `mpcbench report` reads records/ (here a one-record copy)."""
+    import suite.results
+
+    src = REPO / "records" / "mpcbench-baselines"
+    records = tmp_path / "records"
+    entry = records / "mpcbench-baselines"
+    entry.mkdir(parents=True)
+    (entry / "entry.yaml").write_text((src / "entry.yaml").read_text())
+    first = next(ln for ln in (src / "quick-cpu-2core-v2.jsonl").read_text().splitlines() if '"status":"ok"' in ln)
+    (entry / "results.jsonl").write_text(first + "\n")
+    monkeypatch.setattr(suite.results, "COMMITTED_RECORDS", records)
+    monkeypatch.chdir(tmp_path / "records")  # no results/store.jsonl here
+    assert main(["report"]) == 0
+    out, err = capsys.readouterr()
+    assert "== " in out and "no records to report" not in err and "no such results file" not in err
+    monkeypatch.setattr(suite.results, "COMMITTED_RECORDS", tmp_path / "nowhere")
+    assert main(["report"]) != 0
+    assert "--records DIR" in capsys.readouterr().err
