@@ -15,7 +15,7 @@ bash ci/setup.sh || exit 1
 source ci/env.sh  # PY: the project .venv (or $PYTHON / the active environment); the data directory
 
 # one torch thread per cell, as the committed baselines ran (ci/rerun_baselines.sh): the same numerics,
-# and per-action costs in thread CPU seconds, which do not grow with the machine's load (issue 13)
+# and per-action costs in thread CPU seconds, which do not grow with the machine's load
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 TIER="${MPCBENCH_TIER:-quick}"
 STORE="${MPCBENCH_RESULTS:-results/store.jsonl}"

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Re-run the committed quick-tier baselines under the calibrated tiers (issue 18), in parts:
+# Re-run the committed quick-tier baselines under the calibrated tiers, in parts:
 # the store resumes, so interrupt it any time and start it again; finished cells are skipped.
 #
 #   1. 3 seeds: `none` and the compressors of the README's results table
 #      (fp8, topk, powersgd, subspace, ae forward with an uncompressed backward);
-#   2. 1 seed:  the baselines issue 17 asks for (quant(bits=4), quant(bits=2), topk(ratio=0.01));
+#   2. 1 seed:  the low-ratio baselines the board compares against (quant(bits=4), quant(bits=2), topk(ratio=0.01));
 #   3. 1 seed:  every other entry of the quick tier (rows with one seed are marked so on the
 #      leaderboard: their differences are not tested).
 #
@@ -30,7 +30,7 @@ run() { python -m suite.bench.cli run --tier quick --results "$RESULTS" --no-pro
 # 1. three seeds (the none baseline is added by --compressor)
 run --seeds 3 --compressor fp8 --compressor topk --compressor powersgd --compressor subspace "$@"
 run --seeds 3 --forward ae --backward none --no-baseline "$@"
-# 2. issue 17's baselines, one seed
+# 2. the low-ratio baselines, one seed
 run --seeds 1 --compressor "quant(bits=4)" --compressor "quant(bits=2)" --compressor "topk(ratio=0.01)" --no-baseline "$@"
 # 3. the rest of the tier, one seed (cells of steps 1-2 already in the store are skipped)
 run --seeds 1 "$@"

@@ -153,7 +153,7 @@ def private_plugin_modules(realm: Any) -> Iterator[None]:
     Single-process pipeline mode builds each stage's compressors in the stage's realm, as torchrun
     gives each stage its own process: module globals, class attributes and closures of a plugin are
     then never shared between the sender and the receiver of a link, so a plugin cannot pass the
-    tensor to its receiver through them and send one byte (issue 12, attack A9). Built-in
+    tensor to its receiver through them and send one byte (a forged byte count). Built-in
     compressors (``compressors.*``) are trusted and not copied. What a copy does not separate:
     state the plugin puts in other modules (``builtins``, ``sys``, ``torch``), files or sockets;
     submitted plugins are run and verified in torchrun mode for that reason (docs/reliability.md).

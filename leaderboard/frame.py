@@ -108,7 +108,7 @@ def setup_label(record: dict[str, Any]) -> str:
     parts.append(_word(run.get("device")) or _word(cfg.get("device")))
     parts.append(f"dp={dp}" if dp and dp != 1 else "")  # dp=1 is the default: not worth a word
     tp = _pos_int(cfg.get("tp"))
-    parts.append(f"tp={tp}" if tp and tp != 1 else "")  # tensor-parallel ranks per stage (issue 25)
+    parts.append(f"tp={tp}" if tp and tp != 1 else "")  # tensor-parallel ranks per stage
     parts.append(f"{steps} steps" if steps else "")
     parts.append(f"warm-up {warmup}" if warmup else "")
     hosts, link = _pos_int(cfg.get("nnodes")), _word(cfg.get("link"))
@@ -185,7 +185,7 @@ def _spec_label(specs: dict[str, Any], fallback: str) -> str:
     pipe = {d: resolved[d] for d in ("forward", "backward") if resolved[d]}
     if not pipe:
         return fallback
-    # tensor-parallel reductions (issue 25): " | tp <spec>", or " | tp fwd=..,bwd=.." when they differ
+    # tensor-parallel reductions: " | tp <spec>", or " | tp fwd=..,bwd=.." when they differ
     tp = {d: resolved[d] or "none" for d in ("tp_forward", "tp_backward")}
     tp_label = ""
     if set(tp.values()) != {"none"}:
@@ -432,7 +432,7 @@ def _flatten(r: dict[str, Any], details: bool = True) -> dict[str, Any]:
 def view_target(rows: pd.DataFrame) -> float:
     """The quality target of a (task, tier) view: the maintainers' records' target where they have
     rows, else the value most entries give (one vote per entry). A record's own ``target`` field never
-    changes the target shown in another entry's view while the maintainers have one (issue 23)."""
+    changes the target shown in another entry's view while the maintainers have one."""
     if "target" not in rows or not len(rows):
         return math.nan
     have = rows[rows["target"].notna()]

@@ -17,7 +17,7 @@ other per-record details are read back from the source files only for the rows o
 The index lives in ``~/.cache/mpcbench/leaderboard/<hash of the sources>/`` (``index_dir``
 overrides it); deleting it only costs one rebuild.
 
-**The committed index** (issue 28). Loading a records folder the first time costs seconds per
+**The committed index**. Loading a records folder the first time costs seconds per
 record where records must be re-modeled (written by an older network model), so the rows of
 every entry folder are also committed next to them: ``records/leaderboard-index.parquet``
 and ``records/leaderboard-index.json`` (the SHA-256 of every file of every entry folder,
@@ -368,7 +368,8 @@ def load_index(
         committed = set(frame.loc[frame["_key"].str.startswith("entry:"), "record_id"])
         frame = frame[frame["_key"].str.startswith("entry:") | ~frame["record_id"].isin(committed)]
     problems = [Problem(p, r) for k in keys for p, r in manifest["sources"].get(k, {}).get("problems", [])]
-    if len(frame):  # a record_id in several entries stays with the entry that committed it (issue 12, A6)
+    # a record_id in several entries stays with the entry that committed it: a copy cannot take over its row
+    if len(frame):
         frame, copy_problems = _drop_copies(frame)
         problems += copy_problems
     frame = frame.drop(columns=["_key"], errors="ignore").reset_index(drop=True)

@@ -167,7 +167,7 @@ def remodel(frame: pd.DataFrame, link: Link) -> pd.DataFrame:
             total.append(math.nan)
             continue
         total.append(float(sum(c * t for c, t in zip(counts, times))))
-        # the interpolated step at which the run met its target (issue 13), else the evaluation step
+        # the interpolated step at which the run met its target, else the evaluation step
         at = _target_step(timing)
         at = reached if at is None else at
         ttt.append(cumulative_times(timing, link, [at])[0] if at == at and reached == reached else math.nan)

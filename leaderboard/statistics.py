@@ -3,14 +3,14 @@ and the minimal detectable difference (MDD) that says which differences the data
 
     agg = aggregate(frame)   # one row per (task, tier, entry, compressor, setup, machine)
 
-Whose baseline (issue 12, "Ownership"; issue 18, "Same-machine baselines"): a row's delta is
+Whose baseline (an entry cannot borrow another's, and machines are not mixed): a row's delta is
 measured against the ``none`` row of the **same entry**, run setup and machine class; only
 when the entry has none, against the **maintainers' baseline** (:data:`leaderboard.frame.MAINTAINERS`)
 of that setup, marked ``baseline_kind == "maintainers"`` (and ``baseline_same_machine`` says
 whether it ran on the same machine class). Never against a third party's baseline: a
 submission cannot move other entries' deltas by committing ``none`` records.
 
-The MDD (issue 18): :func:`minimal_detectable_difference` is a pure function of measured
+The MDD: :func:`minimal_detectable_difference` is a pure function of measured
 inputs (seed spread, seeds on each side, evaluation-set size); :func:`aggregate` feeds it
 the row's and its baseline's measured spread (or :data:`MEASURED_SPREAD` when a side has one
 seed) and marks a delta smaller than the MDD ``"not resolved"``.
@@ -194,7 +194,7 @@ def minimal_detectable_difference(
     when ``seed_std`` was estimated elsewhere (seeds measured - 1: the uncertainty of the spread
     is that of its own estimate). NaN when
     ``seed_std`` is NaN or a side has no seed. Example: std 0.027, 3 vs 3 seeds, no eval
-    term: 2.78 * 0.027 * 0.816 = 0.061 (issue 18's "about 6 points").
+    term: 2.78 * 0.027 * 0.816 = 0.061 (about 6 accuracy points).
     """
     if not (seed_std >= 0) or n < 1 or n_baseline < 1:
         return math.nan

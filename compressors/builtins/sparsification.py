@@ -21,7 +21,7 @@ the sample, only the work does. (``torch.topk`` + ``sort`` did the same selectio
 implementation-defined ties at 4-8x the cost on CPU.) On CPU the same scheme runs per row
 (:func:`rowwise_topk_positions`, also for one row): one blocked pass over the tensor finds
 each row's candidates and the selection runs in NumPy on the candidates only; per-sample
-TopK took a ``kthvalue`` per row and a tie mask over every value before (issue 28: round
+TopK took a ``kthvalue`` per row and a tie mask over every value before (round
 trip 0.7-0.8x of ``torch.topk`` per sample + scatter, was 2.6-3.4x).
 
 Index encoding (topk, threshold). The kept positions are sent in whichever of two

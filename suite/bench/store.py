@@ -236,7 +236,7 @@ class ResultsStore:
             if created:
                 _fsync_dir(self.path.parent)
 
-    # ------------------------------------------------------------------ the spool (issue 23)
+    # ------------------------------------------------------------------ the spool
     def spool_dirs(self) -> list[Path]:
         """Where a record that could not be appended is kept: beside the store, else in the temp folder
         (often another file system); the next run or ``mpcbench validate`` adds it (:meth:`recover`)."""

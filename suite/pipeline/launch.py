@@ -78,7 +78,7 @@ class _Agent:
     run_dir: Path
     proc: subprocess.Popen | None = None
     # rank -> when it was first seen stopped (SIGSTOP, a debugger): torchrun SIGKILLs a stopped rank in
-    # the end, which alone would read like a crash (issue 12, A16)
+    # the end, which alone would read like a crash
     stopped: dict[str, float] = field(default_factory=dict)
 
     @property

@@ -8,7 +8,7 @@ On the CPU a section is timed with ``time.perf_counter`` and, next to it, with t
 thread's CPU time (``time.thread_time``): per action the network model takes the CPU time
 (``Clock.cpu_action_steps``) when the process computes on one thread, because it does not grow
 when the scheduler hands the core to another process, as wall time does on a shared machine
-(issue 13: compute inputs that do not move with the load). On CUDA kernels run
+(compute inputs that do not move with the load). On CUDA kernels run
 asynchronously, so the host clock would charge a kernel to whichever section happens to
 wait for it. Two ways to fix that:
 

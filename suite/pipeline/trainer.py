@@ -127,7 +127,7 @@ def train(
 
         def end(cls, b: int, peer_stage: int, s: int = s):
             # one process holding several stages: each stage gets its own copy of every plugin module,
-            # as under torchrun, so a link's sender and receiver share no module state (issue 12, A9)
+            # as under torchrun, so a link's sender and receiver share no module state (no byte-free side channel)
             realm = ("stage", s) if len(placement.stages) > 1 else None
             with private_plugin_modules(realm):
                 e = cls(

@@ -159,8 +159,8 @@ def is_ok(record: dict[str, Any]) -> bool:
 
 def _scalars_ok(obj: Any) -> bool:
     """True if :func:`_explain_scalars` would find nothing wrong: the same checks without
-    building a path per value (the board validates ~1,300 values per record on first sight:
-    issue 28). Anything it is unsure of (a type other than JSON's own) says False."""
+    building a path per value (the board validates ~1,300 values per record on first sight).
+    Anything it is unsure of (a type other than JSON's own) says False."""
     stack: list[tuple[Any, int]] = [(obj, 0)]
     pop, push = stack.pop, stack.append
     while stack:
@@ -292,7 +292,7 @@ def validate_record(record: Any) -> dict[str, Any]:
 
 
 # The network model's cost is (distinct step loads) x (scheduled actions) x (profiles): bounded before any
-# simulation, so that one record cannot stall re-modeling (issue 23: a 2 MB record scaled to hours of CPU).
+# simulation, so that one record cannot stall re-modeling (a 2 MB record once scaled to hours of CPU).
 MAX_TIMING_RANKS = 256  # pipeline ranks in ``schedule``
 MAX_TIMING_ACTIONS = 4096  # actions of one rank per step
 MAX_TIMING_LOADS = 4096  # distinct step loads (run-length encoded ``steps``)

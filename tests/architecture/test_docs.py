@@ -14,3 +14,20 @@ def test_the_docs_have_one_copy_of_each_section():
         heads = Counter(ln for ln in page.read_text().splitlines() if ln.startswith("## "))
         twice = [h for h, k in heads.items() if k > 1]
         assert not twice, f"{page.relative_to(ROOT)} has these sections twice: {twice}"
+
+
+def test_code_comments_say_why_not_which_issue():
+    """An "issue N" in a comment sends the reader to a tracker they may not have; the reason
+    itself belongs in the comment."""
+    import re
+
+    pattern = re.compile(r"\bissues? #?\d+", re.I)
+    found = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for pkg in ("compressors", "suite", "leaderboard", "tasks", "ci")
+        for p in sorted((ROOT / pkg).rglob("*"))
+        if p.suffix in (".py", ".sh", ".yaml")
+        for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not found, "say the reason instead of the issue number:\n" + "\n".join(found)
