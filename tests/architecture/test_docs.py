@@ -31,3 +31,24 @@ def test_code_comments_say_why_not_which_issue():
         if pattern.search(line)
     ]
     assert not found, "say the reason instead of the issue number:\n" + "\n".join(found)
+
+
+def test_the_architecture_page_names_files_and_modules_that_exist():
+    import re
+
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    missing = [
+        p for p in sorted(set(re.findall(r"`([\w./-]+/[\w.-]+\.(?:py|yaml|sh))`", text))) if not (ROOT / p).exists()
+    ]
+    for mod in sorted(set(re.findall(r"`((?:suite|leaderboard|compressors|tasks)(?:\.\w+)+)`", text))):
+        parts = mod.split(".")
+        if (
+            not any(
+                (ROOT / Path(*parts[:i])).with_suffix(".py").exists()
+                or (ROOT / Path(*parts[:i]) / "__init__.py").exists()
+                for i in range(len(parts), 1, -1)
+            )
+            and parts[1] not in (ROOT / parts[0] / "__init__.py").read_text()
+        ):  # a name the package exports
+            missing.append(mod)
+    assert not missing, f"docs/ARCHITECTURE.md names what the code no longer has: {missing}"
