@@ -54,9 +54,15 @@ def shipped():
 @pytest.mark.parametrize("tier", ["smoke", "quick", "full", "gpu"])
 def test_shipped_tiers_plan_without_errors(shipped, tier):
     cells = plan_cells(Selection(tier=tier), shipped)
+    from suite.results.task_catalog import catalog
     from tasks import available_tasks
 
-    assert {c.config.task for c in cells} == set(available_tasks())  # every task in every shipped tier
+    tasks = {c.config.task for c in cells}
+    if tier == "quick":  # a task the CPU tier cannot resolve is left out, and its page says why
+        assert tasks <= set(available_tasks())
+        assert all(catalog()[t].cpu_note for t in set(available_tasks()) - tasks)
+    else:
+        assert tasks == set(available_tasks())  # every task trains end to end in CI (smoke), gpu and full
     assert all(c.error is None for c in cells)
     ids = [c.test_id for c in cells]
     assert len(ids) == len(set(ids))
