@@ -394,7 +394,8 @@ def test_verify_reruns_a_tiny_cell_contained_and_catches_a_forged_number(tmp_pat
             assert (check.status, check.mode) == ("match", "exact"), check
             assert new is not None and new["timing_inputs"]
         bad, _ = verify.check_cell(forged, entry, [forged], trees, 300, 1, box)
-        assert bad.status == "mismatch", bad
+        # a dirty checkout compares across code versions: the tiny task has no measured seed spread for that
+        assert bad.status in (("mismatch", "cannot verify") if rec["provenance"]["git_dirty"] else ("mismatch",)), bad
     finally:
         trees.close()
 
