@@ -222,7 +222,7 @@ def claims_table(verdicts: list[Verdict]) -> pd.DataFrame:
                 "configuration": c.entry_text + (" evaluated without compression" if same_models else ""),
                 "vs": "the same models evaluated with compression" if same_models else c.compare_to,
                 "seeds": f"{v.n} vs {v.n_ref}",
-                f"mean {v.metric}": f"{fmt(v.mean)} vs {fmt(v.mean_ref)}",
+                "means": f"{v.metric} {fmt(v.mean)} vs {fmt(v.mean_ref)}",
                 "effect (+ = better)": "-"
                 if v.effect != v.effect
                 else f"{v.effect:+.4f} [{v.low:+.4f}, {v.high:+.4f}]",

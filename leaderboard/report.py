@@ -266,8 +266,7 @@ def write_claims(frame: pd.DataFrame, fmt: str, out: TextIO) -> None:
                 "\n".join(textwrap.wrap(f"{k}: {r[k]}", REPORT_WIDTH, initial_indent="  ", subsequent_indent="    "))
                 + "\n"
             )
-        mean_col = next(c for c in r if c.startswith("mean "))
-        out.write(f"  {mean_col}: {r[mean_col]}\n")
+        out.write(f"  means: {r['means']}\n")
 
 
 def score_table(result: Any) -> pd.DataFrame:
