@@ -12,9 +12,10 @@ pairs with ``r <= tau``; the score is its mean over ``tau`` in [1, TAU_MAX]:
 ``mean_p max(0, TAU_MAX - r) / (TAU_MAX - 1)`` (exact: rho is a step function). 1 = fastest on
 every pair; 0 = never within TAU_MAX of the fastest.
 
-The pairs are every task of the tier on which all scored rows ran, times every network profile
-the records model; rows without results on every task are left out (named in ``left_out``)
-rather than scored as never reaching a target they never tried. Stability: the score is
+The pairs are the tier's tasks chosen to cover the most (rows x tasks) (:func:`_best_tasks`: a
+task only the baseline ran cannot rank anyone), times every network profile the records model;
+rows without results on every chosen task are left out (named in ``left_out``) rather than
+scored as never reaching a target they never tried. Stability: the score is
 recomputed on ``resamples`` bootstrap draws of each row's seeds (with replacement; seeded,
 so the figure is reproducible): its standard deviation and 5-95% range, and how often the
 row ranks first.
@@ -92,13 +93,13 @@ def benchmark_score(
     )
     if sub.empty or not profiles:
         return empty
-    tasks = sorted(sub["task"].unique())
-    keys = sub[ROW].drop_duplicates().itertuples(index=False, name=None)
-    rows, left_out = [], []
-    for k in keys:
-        have = set(sub.loc[(sub[ROW] == pd.Series(k, index=ROW)).all(axis=1), "task"])
-        (rows if have == set(tasks) else left_out).append(k)
-    if not rows:
+    have: dict[tuple, set[str]] = {}
+    for r in sub[[*ROW, "task"]].itertuples(index=False, name=None):
+        have.setdefault(tuple(r[:-1]), set()).add(r[-1])
+    tasks = _best_tasks(have)
+    rows = [k for k, t in have.items() if set(tasks) <= t]
+    left_out = [k for k in have if k not in rows]
+    if len(rows) < 1 or not tasks:
         return ScoreResult(empty.table, empty.curves, [], [_name(k) for k in left_out])
     pairs = [(t, p) for t in tasks for p in profiles]
     by_key: dict[tuple, dict] = {}
@@ -146,6 +147,21 @@ def benchmark_score(
         columns=["row", "tau", "fraction"],
     )
     return ScoreResult(table, curves, pairs, [_name(k) for k in left_out], resamples)
+
+
+def _best_tasks(have: dict[tuple, set[str]]) -> list[str]:
+    """The tasks to score on: the set that covers the most (rows x tasks), rows being those run
+    on every task of the set (ties: more tasks); a task only one compressor ran cannot rank."""
+    from itertools import combinations
+
+    all_tasks = sorted(set().union(*have.values())) if have else []
+    best: tuple[int, int, list[str]] = (0, 0, [])
+    for k in range(len(all_tasks), 0, -1):
+        for subset in combinations(all_tasks, k):
+            n = sum(1 for t in have.values() if set(subset) <= t)
+            if n >= 2 and (n * k, k) > best[:2]:
+                best = (n * k, k, list(subset))
+    return best[2]
 
 
 def _name(key: tuple) -> str:
