@@ -116,10 +116,17 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
     user = _user_plans(sel)
     if user:
         entries = ([Entry(CompressionPlan())] if sel.baseline else []) + user
-        for listed in tier.entries:  # a user spec equal to a tier entry keeps the entry's settings
+        # a user spec equal to a tier entry keeps that entry's settings (its budget), the first such
+        # entry only, and never a tensor-parallel group's layout: `--compressor none` is not a tp=2 cell
+        # (`--tp N` asks for one)
+        matched: set[int] = set()
+        for listed in tier.entries:
+            if "tp" in listed.settings:
+                continue
             for i, u in enumerate(entries):
-                if _same_plan(u.plan, listed.plan):
+                if i not in matched and _same_plan(u.plan, listed.plan):
                     entries[i] = Entry(listed.plan, None, listed.settings)
+                    matched.add(i)
     else:
         entries = list(tier.entries)
         if any(v is not None for v in (sel.backward, sel.dp, sel.tp_forward, sel.tp_backward)):

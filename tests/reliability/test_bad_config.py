@@ -33,7 +33,7 @@ def no_training(monkeypatch):
     def trip(*args, **kwargs):
         raise Tripwire("training started despite a bad configuration")
 
-    monkeypatch.setattr("suite.bench.runner.run_cell", trip)
+    monkeypatch.setattr("suite.bench.executors.run_cell", trip)
     monkeypatch.setattr("suite.pipeline.runtime.train", trip)
     monkeypatch.setattr("suite.pipeline.runtime.run_single", trip)
 
@@ -51,7 +51,11 @@ def _cli_error(capsys, tmp_path, args: list[str]) -> str:
 
 # (id, command-line arguments, expected text in the one-line error)
 CLI_CASES = [
-    ("unknown task", ["--task", "imagenet"], "unknown task 'imagenet'; valid tasks: cifar10, shakespeare, sst2, tiny"),
+    (
+        "unknown task",
+        ["--task", "imagenet"],
+        "unknown task 'imagenet'; valid tasks: cifar10, cola, mrpc, rte, shakespeare, sst2, stsb, tiny, tiny_adamw, wikitext2",
+    ),
     (
         "unknown compressor",
         ["--task", "tiny", "--compressor", "nosuch"],

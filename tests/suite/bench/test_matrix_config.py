@@ -255,3 +255,13 @@ def test_parse_seeds():
     for bad in (0, -1, "a", "1,1", "5:5", True, 1.5, "-1,2"):
         with pytest.raises(MatrixError, match="seed"):
             parse_seeds(bad)
+
+
+def test_a_user_spec_never_takes_a_tensor_parallel_groups_layout():
+    """`--compressor none` on the quick tier is the pipeline baseline (its committed cells), not the tp=2 group's."""
+    from suite.bench.matrix import Selection, plan_cells
+
+    cells = plan_cells(Selection(tier="quick", tasks=("cifar10", "wikitext2"), compressors=("topk(ratio=0.05)",)))
+    assert cells and {c.config.tp for c in cells} == {1}
+    tp = plan_cells(Selection(tier="quick", tasks=("sst2",), compressors=("none",), baseline=False, tp_size=2))
+    assert {c.config.tp for c in tp} == {2}
