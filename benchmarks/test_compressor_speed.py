@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 from _harness import Pair, bench, default_spec, main_role, make_info, make_input, measure
-from conftest import devices, shape_for
 
 import compressors
 from compressors import payload_nbytes
+from conftest import devices, shape_for
 
 PHASES = ("compress", "decompress", "roundtrip")
 DTYPES = {"cpu": (torch.float32, torch.bfloat16), "cuda": (torch.bfloat16,)}

@@ -34,8 +34,8 @@ from typing import Any
 
 import pytest
 from _harness import cpu_clock
-from conftest import devices
 
+from conftest import devices
 from suite.pipeline.config import CellConfig, CompressionPlan
 from suite.pipeline.reference import train_unsplit
 from suite.pipeline.runtime import run

@@ -92,6 +92,7 @@ def narrow(table: pd.DataFrame, direction: str) -> tuple[pd.DataFrame, list[str]
         "measured on (load)",
         "step time",
         "train time",
+        "ratio tp fwd / bwd",
         "ratio fwd / bwd / dp",
         "verified",
         f"bytes/step {direction}",

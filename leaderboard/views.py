@@ -19,6 +19,9 @@ import pandas as pd
 from leaderboard.frame import DIRECTIONS, _num
 from leaderboard.networks import Link, cumulative_times
 
+PIPELINE_DIRECTIONS = ("forward", "backward", "dp")
+TP_DIRECTIONS = tuple(d for d in DIRECTIONS if d not in PIPELINE_DIRECTIONS)
+
 __all__ = [
     "curve_frame",
     "time_to_quality_frame",
@@ -144,7 +147,8 @@ def entry_detail(
         "tier": tier,
         "compressor": compressor,
         "setup": setup if setup is not None else (g["setup"].iloc[0] if g["setup"].nunique() == 1 else None),
-        "specs": {d: last[f"spec_{d}"] for d in DIRECTIONS},
+        # tensor-parallel directions only where the run had them (older and pipeline-only records lack them)
+        "specs": {d: last[f"spec_{d}"] for d in DIRECTIONS if d in PIPELINE_DIRECTIONS or last[f"spec_{d}"]},
         "plugin_hash": last["plugin_hash"],
         "machine": last.get("machine", ""),
         "load_1m": None if math.isnan(_num(last.get("load_1m"))) else float(last["load_1m"]),
@@ -404,7 +408,12 @@ def display_table(
             "Δ vs none": delta,
         }
         if direction == "total":
-            row["ratio fwd / bwd / dp"] = " / ".join(_fmt(r.get(f"ratio_{d}", math.nan), ".3g") for d in DIRECTIONS)
+            row["ratio fwd / bwd / dp"] = " / ".join(
+                _fmt(r.get(f"ratio_{d}", math.nan), ".3g") for d in PIPELINE_DIRECTIONS
+            )
+            tp = [r.get(f"ratio_{d}", math.nan) for d in TP_DIRECTIONS]
+            if any(not math.isnan(_num(v)) for v in tp):
+                row["ratio tp fwd / bwd"] = " / ".join(_fmt(v, ".3g") for v in tp)
         row[f"ratio {direction}"] = _fmt(r.get(f"ratio_{direction}", math.nan), ".3g", "x")
         row[f"bytes/step {direction}"] = _fmt_bytes(r.get(f"bytes_per_step_{direction}", math.nan))
         row["step time"] = _fmt(r.get("step_s", math.nan), ".3g", " s")

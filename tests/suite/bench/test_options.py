@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from suite.bench.cli import CLI_RUN_OPTIONS, build_parser
+from suite.bench.cli import CLI_RUN_OPTIONS, _add_executor_options, build_parser
 from suite.bench.options import (
     RUN_OPTIONS,
     Choices,
@@ -42,7 +42,9 @@ def test_both_front_ends_accept_the_same_options():
     add_short_pytest_aliases(short, taken=set())
     assert all(n.startswith("--mpcbench-") for n in group.added)  # the plugin: prefixed spellings only
     pytest_flags = set(short.added)
-    cli_only = {o.flag for o in CLI_RUN_OPTIONS}
+    executor = argparse.ArgumentParser(add_help=False)
+    _add_executor_options(executor)  # -j / --executor: pytest has its own (pytest-xdist's -n)
+    cli_only = {o.flag for o in CLI_RUN_OPTIONS} | {s for a in executor._actions for s in a.option_strings}
     assert pytest_flags == _run_flags() - cli_only
     assert {"--forward", "--schedule", "--microbatches", "--dry-run"} <= pytest_flags  # missing from pytest before
     assert {f"--mpcbench-{f[2:]}" for f in pytest_flags} == set(group.added)
