@@ -331,7 +331,9 @@ def load_index(
     path, manifest_path = folder / "index.parquet", folder / "manifest.json"
     try:
         manifest = json.loads(manifest_path.read_text())
-        if manifest.get("version") != INDEX_VERSION or not path.exists():
+        # a cached index built by other row-building code (a new column, another network model) is
+        # rebuilt whole, as the committed index is: its rows would lack what this code reads
+        if manifest.get("versions") != _versions() or not path.exists():
             manifest = {}
     except (OSError, ValueError):
         manifest = {}
@@ -357,7 +359,7 @@ def load_index(
         table = pd.concat(parts, ignore_index=True) if parts else to_frame([], details=False).assign(source="", _key="")
         table = _typed(table)
         _write_atomic(path, lambda tmp: pq.write_table(pa.Table.from_pandas(table, preserve_index=False), tmp))
-        manifest = {"version": INDEX_VERSION, "sources": {k: new_meta[k] for k in keys}}
+        manifest = {"versions": _versions(), "sources": {k: new_meta[k] for k in keys}}
         _write_atomic(manifest_path, lambda tmp: Path(tmp).write_text(json.dumps(manifest)))
     schema = pq.read_schema(path)
     light = [c for c in schema.names if c not in HEAVY_COLUMNS]

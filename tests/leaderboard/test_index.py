@@ -82,3 +82,15 @@ def test_the_report_reads_the_index_and_lists_runs_over_links(tmp_path, lb, caps
     assert main(["report", "--results", str(store)]) == 0
     out = capsys.readouterr().out
     assert "fp16" in out and "measured over links" in out and "100mbit" in out
+
+
+def test_a_cached_index_built_by_other_row_code_is_rebuilt_whole(tmp_path, lb, monkeypatch):
+    """A cached index from before a row-layout change (new columns) must not be read as current."""
+    import leaderboard.index as index
+
+    root = tmp_path / "records"
+    _entry(root, lb, "entry-a", lb.make_records(tasks=("cifar10",)))
+    assert len(load_index([], [str(root)], index_dir=tmp_path / "ix", committed=False).rebuilt) == 1
+    assert load_index([], [str(root)], index_dir=tmp_path / "ix", committed=False).rebuilt == []
+    monkeypatch.setattr(index, "_code_hash", lambda: "other-row-code")
+    assert len(load_index([], [str(root)], index_dir=tmp_path / "ix", committed=False).rebuilt) == 1
