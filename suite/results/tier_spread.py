@@ -60,6 +60,7 @@ def measure_spread(records: Iterable[Mapping[str, Any]], known: list[dict[str, A
             and r.get("compressor") == "none"
             and all(v == "none" for v in plan.values())
             and run.get("dp", 1) == 1
+            and int((r.get("config") or {}).get("tp") or 1) == 1  # the pipeline baseline, not the tp group
             and (r.get("config") or {}).get("steps") is None
             and (r.get("config") or {}).get("link") is None
         ):

@@ -36,6 +36,9 @@ def test_seed_std_is_the_sample_std_of_the_latest_none_records():
         _rec("cifar10", 3, 0.10, status="failed"),
         _rec("cifar10", 4, 0.99, compressor="topk", plan={"forward": "topk", "backward": "topk", "dp": "none"}),
     ]
+    tp = _rec("cifar10", 0, 0.77, key="cifar10-0-tp2", created="2026-11-27")  # the tensor-parallel group's none
+    tp["config"]["tp"] = 2
+    recs.append(tp)
     known = [{"task": "cifar10", "tier": "quick", "eval_samples": 2048, "seed_std": 9.0, "seeds": {}}]
     (e,) = measure_spread(recs, known)
     assert e["seeds"] == {"0": 0.5, "1": 0.52, "2": 0.54}
