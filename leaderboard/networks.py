@@ -112,7 +112,7 @@ def cumulative_times(timing_json: str, link: Link, steps: list[float]) -> list[f
     counts, times = _step_times(timing_json, link) if timing_json else ((), ())
     out = []
     for k in steps:
-        if not counts or not (k >= 0):
+        if not counts or not isinstance(k, (int, float)) or not (k >= 0):  # None: target never reached
             out.append(math.nan)
             continue
         done, total, t_at = 0, 0.0, math.nan

@@ -103,4 +103,4 @@ def test_dtype_kept_and_bad_settings_refused():
         build("ae(ratio=2)")
     with pytest.raises(CompressorError, match="non-finite"):
         build("ae").compress(torch.full((2, 16), float("nan")), _info(torch.zeros(2, 16)))
-    assert ae.roles == frozenset({TensorRole.ACTIVATION})
+    assert ae.roles == frozenset({TensorRole.ACTIVATION, TensorRole.TP_ACTIVATION})  # activations only

@@ -197,6 +197,7 @@ def test_faulty_cells_in_a_matrix_through_the_runner(faulty_registry, tmp_path, 
             plugins=(TINY, FAULTY, UNIMPORTABLE),
             steps=2,
             cell_timeout_s=300,
+            mode="single",  # the in-process reasons (a submitted compressor's default, auto, runs under torchrun)
         )
     )
     cells = [replace(c, config=replace(c.config, time_limit_s=limit)) if slow in c.config.cell_id else c for c in cells]
@@ -355,6 +356,8 @@ def test_check_consistency_flag_fails_a_divergent_cell_through_the_cli(faulty_re
                 "--compressor",
                 "fault_diverge",
                 "--check-consistency",
+                "--mode",
+                "single",
                 "--results",
                 str(store),
                 "--no-progress",

@@ -57,6 +57,8 @@ def test_matrix_run_broken_plugin_and_resume(pytester, restore_registry, monkeyp
         TINY,
         "--results",
         "out/store.jsonl",
+        "--mode",
+        "single",  # the in-process reason (a submitted compressor's default, auto, runs under torchrun)
     ]
     r = pytester.runpytest_inprocess(
         *common, "--plugin", "explode.py", "--compressor", "explode", "--benchmark-json", str(bench)
@@ -117,6 +119,8 @@ def test_check_consistency_option_reaches_the_cell(pytester, restore_registry, m
         "fault_diverge",
         "--no-baseline",
         "--check-consistency",
+        "--mode",
+        "single",
         "--results",
         "out/store.jsonl",
     )
