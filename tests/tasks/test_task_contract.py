@@ -14,7 +14,9 @@ from _taskdata import require_data, task_params
 
 from tasks import PRECISIONS, TIERS, Batch, Task, TaskError, available_tasks, build_task, get_task_class
 
-TASKS = task_params(available_tasks())
+# the built-in tasks: fixture tasks other test modules register at collection (tiny_gpt, tiny_bert)
+# carry only the tiers their tests need
+TASKS = task_params([t for t in available_tasks() if get_task_class(t).__module__.startswith("tasks.")])
 
 
 def _task(name: str, **kw) -> Task:
