@@ -169,28 +169,13 @@ def _scalars_ok(obj: Any) -> bool:
         if t is float:
             if not -MAX_ABS <= o <= MAX_ABS and o == o:  # out of range or +-Inf; NaN passes
                 return False
-        elif t is list:
-            if depth >= 8 or len(o) > MAX_CURVE:
+        elif t is list or t is dict:
+            if depth >= 8 or len(o) > (MAX_CURVE if t is list else 10_000):
                 return False
-            for v in o:
-                tv = type(v)
-                if tv is float:
-                    if not -MAX_ABS <= v <= MAX_ABS and v == v:
-                        return False
-                elif tv is int:
-                    if not -MAX_ABS <= v <= MAX_ABS:
-                        return False
-                elif tv is str:
-                    if len(v) > MAX_STR:
-                        return False
-                elif v is not None and tv is not bool:
-                    push((v, depth + 1))
-        elif t is dict:
-            if depth >= 8 or len(o) > 10_000:
+            if t is dict and any(type(k) is not str or len(k) > MAX_STR for k in o):
                 return False
-            for k, v in o.items():
-                if type(k) is not str or len(k) > MAX_STR:
-                    return False
+            # leaves checked inline (no push per number: ~1,300 values per record)
+            for v in o if t is list else o.values():
                 tv = type(v)
                 if tv is float:
                     if not -MAX_ABS <= v <= MAX_ABS and v == v:
