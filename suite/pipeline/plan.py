@@ -20,13 +20,14 @@ from typing import Any, Iterable, Literal, Mapping
 from compressors.api import Compressor, CompressorError, TensorRole
 from compressors.registry import build, get_class
 from compressors.spec import Spec, parse_spec, spec_names
+from suite.results.records import DIRECTIONS as RECORD_DIRECTIONS
 
 from .errors import ConfigError
 
 __all__ = ["Direction", "DIRECTIONS", "ROLE_OF_DIRECTION", "CompressionPlan", "ResolvedPlan", "resolve_plan"]
 
 Direction = Literal["forward", "backward", "dp", "tp_forward", "tp_backward"]
-DIRECTIONS: tuple[str, ...] = ("forward", "backward", "dp", "tp_forward", "tp_backward")
+DIRECTIONS: tuple[str, ...] = RECORD_DIRECTIONS  # one home: the record schema (suite.results.records)
 ROLE_OF_DIRECTION = {
     "forward": TensorRole.ACTIVATION,
     "backward": TensorRole.ACTIVATION_GRAD,
