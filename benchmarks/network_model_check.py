@@ -1,9 +1,11 @@
 """Measured vs modeled step time: the network model (suite.results.network) against emulated links.
 
     python benchmarks/network_model_check.py [--stages 2,4] [--links 100Mbps,20Mbps] [--rounds 1]
-                                             [--dp-size 1] [--steps 12] [--out f.json]
+                                             [--dp-size 1] [--tp 1] [--task cifar10] [--tier quick]
+                                             [--steps 12] [--out f.json]
 
-Per pipeline depth, the cifar10 quick cell (``none``, 1F1B) runs under torchrun:
+Per pipeline depth, the cifar10 quick cell (``none``, 1F1B; ``--task``/``--tier`` another) runs
+under torchrun:
 
 1. ``loopback``: every rank on this machine, no link. Modeled on an ideal network from the run's
    own inputs: the error that is the machine's, not the network's (scheduler wake-ups after
@@ -15,6 +17,14 @@ Per pipeline depth, the cifar10 quick cell (``none``, 1F1B) runs under torchrun:
 
 With ``--dp-size 2`` each stage has two replicas (stages x 2 hosts): the data-parallel
 all-reduce then shares the NICs with the pipeline's last messages.
+
+With ``--tp 2`` (a transformer task, e.g. ``--task shakespeare``; a list such as ``1,2`` runs both
+and alternates them) every stage is two tensor-parallel ranks on one emulated host (``nnodes`` =
+stages x dp, so one namespace holds a stage's TP group): TP all-reduces run over the namespace's
+loopback, unlimited, and are modeled over the ``ideal`` intra-host link, as the runtime's own
+``modeled.as_emulated`` is; only pipeline traffic crosses the tbf-limited links. Each row also
+carries the record's own ``modeled`` (``record_modeled_s``), the measured compute / comm split of
+the critical stage and each rank's CPU share of its step wall (``cpu_per_wall``).
 
 Runs of one round alternate depths and links so load changes hit all alike; every row reports
 the 1-minute load average before and after; ``--out`` saves them with the commit and the
@@ -33,52 +43,68 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from suite.results.network import IDEAL, NetworkProfile, TimingInputs, model_run  # noqa: E402
+from suite.results.network import IDEAL, INTRA_HOST, NetworkProfile, TimingInputs, model_run  # noqa: E402
 
 
-def cell(stages: int, steps: int, link: str | None, dp: int = 1):
+def cell(
+    stages: int, steps: int, link: str | None, dp: int = 1, tp: int = 1, task: str = "cifar10", tier: str = "quick"
+):
     from suite.pipeline.config import CellConfig, CompressionPlan
 
     return CellConfig(
-        task="cifar10",
-        tier="quick",
+        task=task,
+        tier=tier,
         stages=stages,
         dp=dp,
+        tp=tp,
         plan=CompressionPlan.from_dict("none"),
         mode="torchrun",
         link=link,
+        nnodes=stages * dp if link else 1,  # one emulated host per pipeline rank: its TP ranks share it
         steps=steps,
         data_dir=os.environ.get("MPCBENCH_DATA_DIR"),
         eval_uncompressed=False,
     ).validate()
 
 
-def check(stages: int, steps: int, link: str | None, dp: int = 1) -> dict:
+def check(
+    stages: int, steps: int, link: str | None, dp: int = 1, tp: int = 1, task: str = "cifar10", tier: str = "quick"
+) -> dict:
     """One run and its measured / modeled step times."""
     from suite.pipeline.runtime import run
 
     load_before = os.getloadavg()[0]
-    r = run(cell(stages, steps, link, dp))
+    r = run(cell(stages, steps, link, dp, tp, task, tier))
     load_after = os.getloadavg()[0]
     inputs = TimingInputs.from_dict(r.timing_inputs)
     if link is None:
         measured, net = r.time.step_s, IDEAL
-    else:
-        measured, net = r.network["measured"]["step_s"], NetworkProfile(link, r.network["rate_bps"], 0.0)
-    row = {"stages": stages, "dp": dp, "link": link or "loopback", "measured_s": measured}
+    else:  # the TP ranks of a host share its namespace: loopback between them, the ideal intra-host link
+        measured = r.network["measured"]["step_s"]
+        net = NetworkProfile(link, r.network["rate_bps"], 0.0, INTRA_HOST["ideal"])
+    row = {"task": f"{task}/{tier}", "stages": stages, "dp": dp, "tp": tp, "link": link or "loopback"}
+    row["measured_s"] = measured
     for statistic in ("robust", "mean"):
         modeled = model_run(inputs, {"net": net}, statistic=statistic)["net"]["step_s"]
         row[f"modeled_{statistic}_s"] = modeled
         row[f"ratio_{statistic}"] = measured / modeled
     row.update(load=[round(load_before, 2), round(load_after, 2)], robust_clock=inputs.measurement.get("robust_clock"))
+    row.update(
+        measured_compute_s=r.time.compute_s,
+        measured_compress_s=r.time.compress_s,
+        measured_comm_s=r.time.comm_s,
+        cpu_per_wall=inputs.measurement.get("cpu_per_wall"),
+        modeled_ideal_s=model_run(inputs, {"ideal": IDEAL})["ideal"]["step_s"],
+    )
     if link is not None:
+        row["record_modeled_s"] = (r.network.get("modeled", {}).get("as_emulated") or {}).get("step_s")
         row["kernel_over_wire"] = [round(k["tx_over_wire"], 4) for k in r.network.get("kernel_bytes", [])]
     return row
 
 
 def show(row: dict) -> None:
     print(
-        f"{row['stages']} stages x {row['dp']}  {row['link']:9s} measured {row['measured_s'] * 1e3:7.1f} ms  "
+        f"{row['task']} {row['stages']} stages x dp {row['dp']} x tp {row['tp']}  {row['link']:9s} measured {row['measured_s'] * 1e3:7.1f} ms  "
         f"modeled {row['modeled_robust_s'] * 1e3:7.1f} ms (robust) {row['modeled_mean_s'] * 1e3:7.1f} ms (mean)  "
         f"ratio {row['ratio_robust']:.2f} / {row['ratio_mean']:.2f}  load {row['load'][0]:.1f}-{row['load'][1]:.1f}",
         flush=True,
@@ -91,6 +117,9 @@ def main() -> int:
     p.add_argument("--links", default="100Mbps,20Mbps", help="emulated links (profiles or rates), comma-separated")
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--dp-size", type=int, default=1, help="data-parallel replicas per stage")
+    p.add_argument("--tp", default="1", help="tensor-parallel ranks per stage, comma-separated (one host each stage)")
+    p.add_argument("--task", default="cifar10")
+    p.add_argument("--tier", default="quick")
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--no-loopback", action="store_true", help="skip the runs without a link")
     p.add_argument("--out", default=None)
@@ -107,8 +136,9 @@ def main() -> int:
     for _ in range(args.rounds):
         for link in links:
             for stages in [int(s) for s in args.stages.split(",")]:
-                rows.append(check(stages, args.steps, link, args.dp_size))
-                show(rows[-1])
+                for tp in [int(t) for t in args.tp.split(",")]:
+                    rows.append(check(stages, args.steps, link, args.dp_size, tp, args.task, args.tier))
+                    show(rows[-1])
     if args.out:
         from datetime import datetime, timezone
 
