@@ -39,6 +39,7 @@ from .spec import Spec, parse_spec, spec_names
 __all__ = [
     "register",
     "build",
+    "compressor_names",
     "private_plugin_modules",
     "parse_spec",
     "canonical_spec",
@@ -286,6 +287,27 @@ def _wants_compressor(cls: type[Compressor], pname: str) -> bool:
     if ann is Compressor or (isinstance(ann, type) and issubclass(ann, Compressor)):
         return True
     return any(a is Compressor for a in typing.get_args(ann))
+
+
+def compressor_names(spec: str | Spec) -> set[str]:
+    """Every compressor a spec builds, also those named by a bare word where a wrapper's parameter
+    takes a compressor (``ef(mycomp)``); unknown names are kept (never raises on a name)."""
+    out, todo = set(), [parse_spec(spec) if isinstance(spec, str) else spec]
+    while todo:
+        s = todo.pop()
+        out.add(s.name)
+        try:
+            cls = get_class(s.name)
+            names = list(_params(cls))
+        except CompressorError:
+            todo += s.children()
+            continue
+        for pname, value in list(zip(names, s.args)) + list(s.kwargs):
+            if isinstance(value, Spec):
+                todo.append(value)
+            elif isinstance(value, str) and pname in names and _wants_compressor(cls, pname):
+                todo.append(Spec(value))
+    return out
 
 
 def build(spec: str | Spec) -> Compressor:

@@ -83,6 +83,13 @@ def _submitted(names: set[str]) -> bool:
     return any(not get_class(n).__module__.startswith("compressors.") for n in names)
 
 
+def _built_names(specs: list[str]) -> set[str]:
+    """Every compressor the specs build, also a bare word a wrapper takes as its compressor (``ef(mycomp)``)."""
+    from compressors.registry import compressor_names
+
+    return set().union(*(compressor_names(s) for s in specs))
+
+
 def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell]:
     """Expand a selection into cells, validating everything first (raises :class:`MatrixError`)."""
     from compressors.registry import available, plugin_errors
@@ -183,7 +190,11 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
             )
             # a submitted compressor's two ends run in separate processes unless a mode was asked for:
             # in one process the receiver could reach the sender's objects (docs/reliability.md)
-            mode = "torchrun" if multi or (sel.mode == "auto" and _submitted(names & known)) else sel.mode
+            mode = (
+                "torchrun"
+                if multi or (sel.mode == "auto" and _submitted(_built_names(entry.plan.all_specs()) & known))
+                else sel.mode
+            )
             mode = "single" if mode == "auto" else mode
             for seed in seeds:
                 cfg = CellConfig(

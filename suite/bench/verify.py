@@ -69,6 +69,7 @@ __all__ = [
     "verify_entry",
     "check_verification",
     "containment",
+    "submitted_compressors",
     "main",
     "K_SPREAD",
     "FRACTION",
@@ -390,6 +391,56 @@ def _pinned_plugin(entry_dir: Path) -> tuple[str, str]:
     return (info.plugin, info.plugin_hash) if info.plugin.endswith(".py") else ("", "")
 
 
+def submitted_compressors(record: dict[str, Any]) -> list[str]:
+    """The compressor names in a record's specs that are not built-in (registered outside ``compressors.*``,
+    or unknown here: a plugin's names are not registered in the verifier)."""
+    from compressors.registry import compressor_names, get_class
+
+    texts: list[str] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, str):
+            texts.append(x)
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(record.get("specs") or {})
+    names: set[str] = set()
+    for t in texts:
+        try:
+            names |= compressor_names(t)
+        except Exception as e:  # noqa: BLE001 - the record is untrusted
+            raise VerifyError(f"{record.get('cell_id')}: spec {t[:80]!r} cannot be read: {e}") from None
+    out = []
+    for n in sorted(names):
+        try:
+            builtin = get_class(n).__module__.startswith("compressors.")
+        except Exception:  # noqa: BLE001 - unknown here: it came from a plugin
+            builtin = False
+        if not builtin:
+            out.append(n)
+    return out
+
+
+def _refuse_single_mode_submission(record: dict[str, Any], cfg: dict[str, Any]) -> None:
+    """A submitted compressor measured with both ends in one process (its receiver could reach the
+    sender's objects) is refused: the record says which mode measured it (``config.mode``, ``run.mode``)."""
+    mode = cfg.get("mode") or (record.get("run") or {}).get("mode") or "single"  # CellConfig's default
+    if mode != "single":
+        return
+    submitted = submitted_compressors(record)
+    if submitted:
+        raise VerifyError(
+            f"{record.get('cell_id')} (record {record.get('record_id')}): submitted compressor "
+            f"{submitted[0]!r} was measured in single-process mode, where its receiving end can reach the "
+            "sender's objects; re-run the cell with the default --mode auto (or --mode torchrun) and submit that record"
+        )
+
+
 def _config_for_rerun(record: dict[str, Any], entry_dir: Path, time_limit_s: float, work: Path) -> dict[str, Any]:
     """The recorded config for the re-run: no data dir (the verifier's), the verifier's time limit,
     and as plugin only a copy of the entry's hash-pinned ``.py`` file; anything else is refused."""
@@ -402,6 +453,7 @@ def _config_for_rerun(record: dict[str, Any], entry_dir: Path, time_limit_s: flo
         raise VerifyError(
             f"{record['cell_id']}: cells over emulated links or several hosts are not re-run (no network in a re-run)"
         )
+    _refuse_single_mode_submission(record, cfg)
     cfg.update(data_dir=None, time_limit_s=time_limit_s, node_rank=0, rdzv_endpoint=None)
     pinned, pinned_hash = _pinned_plugin(entry_dir)
     plugins = []

@@ -335,3 +335,13 @@ def test_a_payload_wider_than_its_input_and_float32_is_named_with_the_fix():
     assert payload_dtype_problem((x32, x32.half()), x32.dtype) is None
     assert payload_dtype_problem((x16, x16.float()), x16.dtype) is None  # float32 scales beside bf16 values: fine
     assert payload_dtype_problem((x32.double(),), torch.float64) is None  # a float64 input may send float64
+
+
+def test_compressor_names_include_a_bare_word_a_wrapper_takes_as_its_compressor():
+    """``ef(mycomp)`` builds ``mycomp`` although the parser reads it as a word: whoever asks which
+    compressors a spec runs (the default mode of submitted ones, verify) must see it."""
+    from compressors.registry import compressor_names
+
+    assert compressor_names("ef(mycomp)") == {"ef", "mycomp"}
+    assert compressor_names("ef(quant(bits=4))") == {"ef", "quant"}
+    assert compressor_names("unknown(x=other)") == {"unknown"}  # an unknown class's words are not read

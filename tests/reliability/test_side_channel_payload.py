@@ -65,8 +65,10 @@ def test_submitted_compressors_run_in_separate_processes_by_default(faulty_regis
         sel = Selection(tasks=("tiny",), tier="smoke", plugins=(TINY, FAULTY), seeds=(0,), **kw)
         return {c.config.plan.label: c.config.mode for c in plan_cells(sel)}
 
-    got = modes(compressors=("fault_sys_modules_channel", "quant(bits=4)"))
+    got = modes(compressors=("fault_sys_modules_channel", "quant(bits=4)", "ef(fault_sys_modules_channel)"))
     assert got["fault_sys_modules_channel"] == "torchrun" and got["quant(bits=4)"] == "single"
+    # a bare word where a built-in wrapper takes its compressor is that compressor too
+    assert got["ef(fault_sys_modules_channel)"] == "torchrun", got
     assert set(modes(compressors=("fault_sys_modules_channel",), mode="single").values()) == {"single"}
 
 

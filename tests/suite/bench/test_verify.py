@@ -251,6 +251,32 @@ def test_the_pinned_plugin_runs_from_a_checked_copy(tmp_path):
         verify._config_for_rerun(rec, entry, 60, tmp_path)
 
 
+@pytest.mark.parametrize(
+    "specs,mode,refused",
+    [
+        ({"forward": "mycomp", "backward": "none"}, "single", True),  # a plugin's name: unknown here
+        ({"forward": "ef(mycomp)", "backward": "none"}, None, True),  # no mode recorded: the single default
+        ({"forward": "mycomp", "backward": "none"}, "torchrun", False),
+        ({"forward": "topk(ratio=0.1)", "backward": "ef(quant(bits=4))"}, "single", False),  # built-ins
+    ],
+)
+def test_a_submitted_compressor_measured_in_single_process_mode_is_refused(tmp_path, specs, mode, refused):
+    """Issue 23 item 6: a submitted compressor's two ends run in separate processes by default; one
+    measured in a single process (where its receiver could reach the sender's objects) is refused with
+    one line naming the record and the fix. Built-ins measured in single mode stay accepted."""
+    entry = _entry_dir(tmp_path)
+    cfg = {"task": "tiny", "plugins": []} | ({"mode": mode} if mode else {})
+    rec = _rec(cell_id="cell-x", specs=specs, config=cfg, run={"steps": 3} | ({"mode": mode} if mode else {}))
+    if refused:
+        with pytest.raises(verify.VerifyError) as e:
+            verify._config_for_rerun(rec, entry, 60, tmp_path)
+        msg = str(e.value)
+        assert "\n" not in msg and "cell-x" in msg and rec["record_id"] in msg and "mycomp" in msg
+        assert "--mode auto" in msg and "--mode torchrun" in msg
+    else:
+        assert verify._config_for_rerun(rec, entry, 60, tmp_path)["task"] == "tiny"
+
+
 # --------------------------------------------------------------------------- contained re-runs
 PROBE = r"""
 import json, os, socket, subprocess, sys, time
