@@ -18,8 +18,9 @@ record names is refused with one line.
 
 **Containment** (:func:`containment`): the re-run gets an allow-listed environment, its own
 temporary ``HOME``, resource limits, its own session; as root with ``unshare`` also a network
-namespace with only loopback, a PID namespace (nothing it starts outlives it) and the verifier's
-home folder hidden. A missing layer is named in the output (``containment.missing``), never
+namespace with only loopback, a PID namespace (nothing it starts outlives it), the verifier's
+home folder hidden, and (a mount namespace) the whole file system read-only but its own folder
+and a private ``/dev/shm``, with every capability dropped so that it cannot remount. A missing layer is named in the output (``containment.missing``), never
 silently skipped.
 
 **Comparison** (:func:`compare`): labels, spec, config and run setup equal; quality with and
@@ -107,12 +108,25 @@ cfg = CellConfig.from_dict(json.load(open(sys.argv[1])))
 rec = run_cell(cfg, log_dir=sys.argv[2])
 print({RECORD_TAG!r} + json.dumps(rec), flush=True)
 """
-# Inside the namespaces: loopback up, the verifier's home folder hidden, then the re-run.
+# Inside the namespaces: loopback up, the verifier's home folder hidden; with VERIFY_READONLY every
+# mount read-only (a bind remount keeps nosuid/nodev), the re-run's own folders (VERIFY_RW_DIRS,
+# ':'-separated) writable again, a private /dev/shm, and every capability dropped so that the re-run
+# (root) cannot remount, mount or unmount anything; then the re-run.
 NS_SCRIPT = (
-    'ip link set lo up || exit 97; d="$VERIFY_HIDE_DIR"; unset VERIFY_HIDE_DIR; '
-    'if [ -n "$d" ] && [ -d "$d" ]; then mount -t tmpfs -o size=1m,mode=700 tmpfs "$d" || exit 98; fi; exec "$@"'
+    'ip link set lo up || exit 97; d="$VERIFY_HIDE_DIR"; ro="$VERIFY_READONLY"; rw="$VERIFY_RW_DIRS"; '
+    "unset VERIFY_HIDE_DIR VERIFY_READONLY VERIFY_RW_DIRS; "
+    'if [ -n "$d" ] && [ -d "$d" ]; then mount -t tmpfs -o size=1m,mode=700 tmpfs "$d" || exit 98; fi; '
+    'if [ -z "$ro" ]; then exec "$@"; fi; set -f; '
+    "for m in $(awk '{print $5}' /proc/self/mountinfo | sort -u); do "
+    'mount -o remount,bind,ro "$m" || { echo "containment: cannot make $m read-only" >&2; exit 99; }; done; '
+    'IFS=:; for w in $rw; do mount --bind "$w" "$w" && mount -o remount,bind,rw "$w" '
+    '|| { echo "containment: cannot make $w writable" >&2; exit 96; }; done; unset IFS; '
+    f"mount -t tmpfs -o size={2**30},mode=1777,nosuid,nodev tmpfs /dev/shm "
+    '|| { echo "containment: no private /dev/shm" >&2; exit 95; }; '
+    'exec setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"'
 )
 NS_PREFIX = ("unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--", "sh", "-c", NS_SCRIPT, "sh")
+READONLY_PROBE = 'echo ok > "$1/rw/probe" && ! (echo no > "$1/outside") 2>/dev/null && [ ! -e "$1/outside" ]'
 
 
 class VerifyError(RuntimeError):
@@ -283,6 +297,7 @@ class Containment:
     layers: tuple[str, ...]
     missing: tuple[str, ...]
     hide: str = ""  # a folder the namespace covers with an empty tmpfs
+    readonly: bool = False  # the file system read-only but for the re-run's own folders
 
     def to_dict(self) -> dict[str, list[str]]:
         return {"layers": list(self.layers), "missing": list(self.missing)}
@@ -315,12 +330,25 @@ def containment(hide: Path | None = None, needed: tuple[Path, ...] = ()) -> Cont
         if probe.returncode != 0:
             why = f"unshare failed: {(probe.stderr.strip().splitlines() or [f'exit {probe.returncode}'])[-1][:120]}"
     if why:
-        missing += [f"network namespace: {why}", f"PID namespace: {why}", f"hidden home folder: {why}"]
+        missing += [
+            f"network namespace: {why}",
+            f"PID namespace: {why}",
+            f"hidden home folder: {why}",
+            f"read-only file system: {why}",
+        ]
         return Containment((), tuple(layers), tuple(missing))
     layers += [
         "network: its own namespace with only loopback",
         "PID namespace: everything it starts is killed when it ends",
     ]
+    readonly, why_not = _readonly_works()
+    if readonly:
+        layers.append(
+            "file system: read-only but the re-run's own folder (HOME, TMPDIR, logs) and a private /dev/shm; "
+            "no capabilities (it cannot remount)"
+        )
+    else:
+        missing.append(f"read-only file system: {why_not}")
     home = ""
     if hide is not None and hide.is_dir():
         inside = [n for n in needed if hide.resolve() in (n.resolve(), *n.resolve().parents)]
@@ -329,7 +357,30 @@ def containment(hide: Path | None = None, needed: tuple[Path, ...] = ()) -> Cont
         else:
             home = str(hide)
             layers.append(f"{hide}: hidden (an empty tmpfs over it)")
-    return Containment(NS_PREFIX, tuple(layers), tuple(missing), home)
+    return Containment(NS_PREFIX, tuple(layers), tuple(missing), home, readonly)
+
+
+def _readonly_works() -> tuple[bool, str]:
+    """Whether the read-only layer sets up here, tried on a probe: (works, why not)."""
+    if not shutil.which("setpriv") or not shutil.which("awk"):
+        return False, "no setpriv or awk command"
+    with tempfile.TemporaryDirectory(prefix="mpcbench-verify-probe-") as tmp:
+        (Path(tmp) / "rw").mkdir()
+        probe = subprocess.run(
+            [*NS_PREFIX, "sh", "-c", READONLY_PROBE, "sh", tmp],
+            capture_output=True,
+            text=True,
+            env={
+                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                "VERIFY_READONLY": "1",
+                "VERIFY_RW_DIRS": str(Path(tmp, "rw").resolve()),
+            },
+            check=False,
+        )
+        if probe.returncode == 0 and (Path(tmp) / "rw" / "probe").exists():
+            return True, ""
+        tail = (probe.stderr.strip().splitlines() or [f"exit {probe.returncode}"])[-1][:120]
+        return False, f"the probe failed: {tail}"
 
 
 def _limits(cpu_s: float) -> Callable[[], None]:
@@ -353,13 +404,29 @@ def _limits(cpu_s: float) -> Callable[[], None]:
 
 
 def contained_run(
-    argv: list[str], *, cwd: Path, env: dict[str, str], box: Containment, timeout_s: float, cpu_s: float
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    box: Containment,
+    timeout_s: float,
+    cpu_s: float,
+    writable: tuple[Path, ...] = (),
 ) -> subprocess.CompletedProcess:
-    """``argv`` inside ``box``; whatever it started is killed when it ends or times out."""
+    """``argv`` inside ``box``; whatever it started is killed when it ends or times out. With the
+    read-only layer, ``writable`` (the re-run's own folders) are the only places it can write."""
+    ns_env = {}
+    if box.prefix:
+        ns_env["VERIFY_HIDE_DIR"] = box.hide
+        if box.readonly:
+            dirs = [str(Path(w).resolve()) for w in writable]
+            if any(":" in d or "\n" in d for d in dirs):
+                raise VerifyError(f"a re-run folder's path holds ':' or a newline: {dirs}")
+            ns_env.update(VERIFY_READONLY="1", VERIFY_RW_DIRS=":".join(dirs))
     proc = subprocess.Popen(
         [*box.prefix, *argv],
         cwd=cwd,
-        env={**env, "VERIFY_HIDE_DIR": box.hide} if box.prefix else env,
+        env={**env, **ns_env},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -523,6 +590,7 @@ def _rerun(
             box=box,
             timeout_s=time_limit_s + 600,
             cpu_s=(time_limit_s + 600) * max(1, threads) * 2,
+            writable=(work,),
         )
         for line in proc.stdout.splitlines():
             if line.startswith(RECORD_TAG):

@@ -215,14 +215,14 @@ def test_a_commit_off_the_base_branchs_first_parent_history_is_refused(tmp_path)
         trees.close()
 
 
-def _entry_dir(tmp_path: Path, plugin: bool = False) -> Path:
+def _entry_dir(tmp_path: Path, plugin: bool = False, extra: str = "") -> Path:
     from leaderboard.submissions import plugin_file_hash
 
     entry = tmp_path / "records" / "e"
     entry.mkdir(parents=True)
     text = "name: e\nsubmitter: s\ndate: '2026-01-01'\n"
     if plugin:
-        shutil.copy(TINY, entry / "tiny_task.py")
+        (entry / "tiny_task.py").write_text(TINY.read_text() + extra)
         text += f"plugin: tiny_task.py\nplugin_hash: {plugin_file_hash(entry / 'tiny_task.py')}\n"
     (entry / "entry.yaml").write_text(text)
     return entry
@@ -288,6 +288,19 @@ except OSError as e:
     out["net"] = type(e).__name__
 out["ifaces"] = sorted(n for _, n in socket.if_nameindex())
 out["home_listing"] = os.listdir(sys.argv[1]) if os.path.isdir(sys.argv[1]) else None
+# writes: its own folder and /dev/shm yes; anywhere else (the verifier's folders, the code tree) no
+for name, path in (("own", os.environ["HOME"] + "/f"), ("shm", "/dev/shm/f"), ("outside", sys.argv[3]),
+                   ("cwd", "written-into-the-tree")):
+    try:
+        with open(path, "w") as f:
+            f.write("x")
+        out["write_" + name] = "written"
+    except OSError as e:
+        out["write_" + name] = type(e).__name__
+with open(os.devnull, "w") as f:
+    f.write("x")
+r = subprocess.run(["mount", "-o", "remount,bind,rw", "/"], capture_output=True)
+out["remount"] = r.returncode
 # a daemon: double fork, new session, outlives its parent
 if os.fork() == 0:
     os.setsid()
@@ -314,14 +327,18 @@ def test_a_rerun_is_contained_and_nothing_it_starts_outlives_it(tmp_path, monkey
     home = tmp_path / "rerun-home"
     home.mkdir()
     env = verify.rerun_environment(tmp_path, "0" * 40, 1, home)
-    pidfile = tmp_path / "daemon.pid"
+    pidfile = home / "daemon.pid"
+    outside = tmp_path / "outside.txt"
+    tree = tmp_path / "tree"
+    tree.mkdir()
     proc = verify.contained_run(
-        [sys.executable, "-c", PROBE, str(fake_home), str(pidfile)],
-        cwd=tmp_path,
+        [sys.executable, "-c", PROBE, str(fake_home), str(pidfile), str(outside)],
+        cwd=tree,
         env=env,
         box=box,
         timeout_s=60,
         cpu_s=60,
+        writable=(home,),
     )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -329,9 +346,17 @@ def test_a_rerun_is_contained_and_nothing_it_starts_outlives_it(tmp_path, monkey
     assert set(out["env"]) <= set(verify.ENV_ALLOW) | set(env) | {"PWD", "SHLVL", "_", "OLDPWD"}
     time.sleep(0.5)
     daemon = int(pidfile.read_text()) if pidfile.exists() else None
+    assert out["write_own"] == "written"
     if box.missing:  # no root or no unshare here: the output says which layers are missing
-        assert all(m.split(":")[0] in ("network namespace", "PID namespace", "hidden home folder") for m in box.missing)
+        layers = ("network namespace", "PID namespace", "hidden home folder", "read-only file system")
+        assert all(m.split(":")[0] in layers for m in box.missing)
         pytest.skip("no namespaces here: " + "; ".join(box.missing))
+    assert box.readonly
+    # before: the re-run could write anywhere the verifier's user can (the checkout, other folders)
+    assert out["write_outside"] == out["write_cwd"] == "OSError" and not outside.exists(), out
+    assert not (tree / "written-into-the-tree").exists()
+    assert out["write_shm"] == "written" and not Path("/dev/shm/f").exists()  # a private /dev/shm
+    assert out["remount"] != 0  # no capabilities left to undo the layer
     assert out["ifaces"] == ["lo"] and out["net"] != "connected"
     assert out["home_listing"] == []  # the verifier's home is an empty tmpfs inside
     assert daemon is not None
@@ -342,6 +367,28 @@ def test_a_rerun_is_contained_and_nothing_it_starts_outlives_it(tmp_path, monkey
         for p in os.listdir("/proc")
         if p.isdigit() and Path(f"/proc/{p}/cmdline").exists()
     )
+
+
+@pytest.mark.parametrize(
+    "lack,why",
+    [("root", "not root"), ("setpriv", "no setpriv or awk command")],
+)
+def test_a_missing_read_only_layer_is_reported_and_printed(tmp_path, monkeypatch, capsys, lack, why):
+    """Where the read-only layer cannot be set up, the report and the command's output say so."""
+    real_which = shutil.which
+    if lack == "root":
+        monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    else:
+        monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "setpriv" else real_which(name))
+    box = verify.containment()
+    assert not box.readonly and f"read-only file system: {why}" in box.missing
+    entry = _fake_entry(tmp_path, monkeypatch)
+    report = verify.verify_entry(entry, base="HEAD", write=False)
+    assert f"read-only file system: {why}" in report["containment"]["missing"]
+    capsys.readouterr()
+    verify.main(["verify", str(entry), "--base", "HEAD", "--no-write"])
+    out = capsys.readouterr().out
+    assert f"{entry}: containment missing: " in out and f"read-only file system: {why}" in out, out
 
 
 # --------------------------------------------------------------------------- the committed verification
@@ -397,7 +444,10 @@ def test_verify_reruns_a_tiny_cell_contained_and_catches_a_forged_number(tmp_pat
     from suite.pipeline.config import CellConfig, CompressionPlan
 
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    entry = _entry_dir(tmp_path, plugin=True)
+    # the pinned plugin also tries to write outside the re-run's own folder (refused by the read-only layer)
+    escaped = tmp_path / "escaped.txt"
+    escape = f"\ntry:\n    open({str(escaped)!r}, 'w').write('x')\nexcept OSError:\n    pass\n"
+    entry = _entry_dir(tmp_path, plugin=True, extra=escape)
     cfg = CellConfig(
         task="tiny",
         tier="smoke",
@@ -409,12 +459,16 @@ def test_verify_reruns_a_tiny_cell_contained_and_catches_a_forged_number(tmp_pat
     )
     rec = run_cell(cfg, log_dir=tmp_path / "logs")
     assert rec["status"] == "ok", rec["error"]
+    assert escaped.exists()  # uncontained, the plugin's write lands
+    escaped.unlink()
     rec["provenance"]["git_commit"], rec["provenance"]["git_dirty"] = head, not _head_is_clean()
     forged = {**copy.deepcopy(rec), "record_id": "forged", "final_metric": min(1.0, rec["final_metric"] + 0.3)}
     trees = verify.CodeTrees(REPO, "HEAD")
     box = verify.containment()
     try:
         check, new = verify.check_cell(rec, entry, [rec], trees, 300, 1, box)
+        if box.readonly:
+            assert not escaped.exists()  # the re-run ran the plugin (its task), but could not write outside
         if rec["provenance"]["git_dirty"]:
             assert check.status in ("within spread", "mismatch", "cannot verify"), check  # HEAD is not the working tree
         else:
