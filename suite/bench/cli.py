@@ -151,8 +151,15 @@ def _list_tiers(args: argparse.Namespace) -> None:
         if t.description:
             print(f"  {'':<6} {t.description}")
         print(f"  {'':<6} tasks: {', '.join(t.tasks)}")
-        print(f"  {'':<6} compressors: {', '.join(e.plan.label for e in t.entries)}")
+        print(f"  {'':<6} compressors: {', '.join(map(_entry_label, t.entries))}")
     print()
+
+
+def _entry_label(e) -> str:
+    """An entry's plan, with the tasks it is limited to: ``topk [cola, mrpc]``, ``fp16 [not cola]``."""
+    where = f" [{', '.join(e.tasks)}]" if e.tasks is not None else ""
+    where += f" [not {', '.join(e.except_tasks)}]" if e.except_tasks else ""
+    return e.plan.label + where
 
 
 # --------------------------------------------------------------------------- run

@@ -148,6 +148,7 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
                     ),
                     e.tasks,
                     e.settings,
+                    e.except_tasks,
                 )
                 for e in entries
             ]
@@ -165,7 +166,7 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
     seen: set[str] = set()
     for task in tasks:
         for entry in entries:
-            if entry.tasks is not None and task not in entry.tasks:
+            if not entry.runs_on(task):
                 continue
             where = f"tier {tier.name}, task {task}, compressor {entry.plan.label}"
             # names used by the entry; unknown ones may belong to a broken plugin

@@ -7,17 +7,22 @@ compressor forward and backward) or a mapping::
     - {forward: quant(bits=4), backward: quant(bits=8)}
     - {both: none, dp: powersgd(rank=4), dp_size: 2}   # + cell settings
     - {forward: subspace, backward: subspace, tasks: [shakespeare]}
+    - {entries: *shared_list, except_tasks: [cola, stsb]}   # a group: these entries, not on these tasks
 
 Entry keys besides the plan (``forward``, ``backward``, ``dp``, ``both``, ``per_boundary``,
-``tp_forward``, ``tp_backward``): ``tasks`` (restrict the entry), and the cell settings of
+``tp_forward``, ``tp_backward``): ``tasks`` (only these tasks) or ``except_tasks`` (all but
+these: a task added with ``--task``, a plugin's, still gets the entry), and the cell settings of
 :data:`SETTING_KEYS` (``tp``: tensor-parallel ranks per stage). A tier may set
-the same settings for all its cells under ``settings``. Names (tasks, compressors) are
-resolved later, by :func:`suite.bench.matrix.plan_cells`.
+the same settings for all its cells under ``settings``. A *group* (``entries`` with ``tasks``
+or ``except_tasks``, nothing else) applies that restriction to each of a list of entries, e.g.
+a YAML alias of a shared list; an entry's own restriction applies too. Task names in these
+lists must be the tier's (a misspelt one would silently add or drop cells). Names (tasks,
+compressors) are resolved later, by :func:`suite.bench.matrix.plan_cells`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -55,8 +60,12 @@ class Entry:
     """One compressor entry of a tier: a plan, optional task restriction and cell settings."""
 
     plan: CompressionPlan
-    tasks: tuple[str, ...] | None = None
+    tasks: tuple[str, ...] | None = None  # only these tasks (None: every task)
     settings: tuple[tuple[str, Any], ...] = ()  # (CellConfig field, value)
+    except_tasks: tuple[str, ...] = ()  # never these tasks
+
+    def runs_on(self, task: str) -> bool:
+        return (self.tasks is None or task in self.tasks) and task not in self.except_tasks
 
 
 @dataclass(frozen=True)
@@ -152,7 +161,61 @@ def _settings(d: Mapping[str, Any], where: str) -> tuple[tuple[str, Any], ...]:
     return tuple(out)
 
 
-def _entry(raw: Any, where: str) -> Entry:
+RESTRICT_KEYS = ("tasks", "except_tasks")
+
+
+def _restriction(
+    raw: dict[str, Any], where: str, tier_tasks: tuple[str, ...] | None
+) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    """Pop ``tasks`` / ``except_tasks`` from an entry or group: (only these or None, never these)."""
+    if all(k in raw for k in RESTRICT_KEYS):
+        raise MatrixError(f"{where}: give 'tasks' (only these) or 'except_tasks' (all but these), not both")
+    lists: dict[str, tuple[str, ...]] = {}
+    for key in RESTRICT_KEYS:
+        if key not in raw:
+            continue
+        value = raw.pop(key)
+        names = [value] if isinstance(value, str) else value
+        if not isinstance(names, list) or not names or not all(isinstance(t, str) for t in names):
+            raise MatrixError(f"{where}.{key} must be a non-empty list of task names")
+        stray = [t for t in names if tier_tasks is not None and t not in tier_tasks]
+        if stray and tier_tasks is not None:
+            raise MatrixError(
+                f"{where}.{key}: {', '.join(map(repr, stray))} not among the tier's tasks ({', '.join(tier_tasks)}); "
+                "add it to the tier's tasks or fix the name"
+            )
+        lists[key] = tuple(names)
+    return lists.get("tasks"), lists.get("except_tasks", ())
+
+
+def _entries(raw: Any, where: str, tier_tasks: tuple[str, ...]) -> list[Entry]:
+    """One entry, or a group's entries (``{entries: [...], tasks: [...]}``) with the group's restriction."""
+    if not (isinstance(raw, dict) and "entries" in raw):
+        return [_entry(raw, where, tier_tasks)]
+    raw = dict(raw)
+    members = raw.pop("entries")
+    only, never = _restriction(raw, where, tier_tasks)
+    if raw:
+        raise MatrixError(
+            f"{where}: unknown key(s) {sorted(map(str, raw))} in a group; a group has only 'entries' and "
+            "'tasks' or 'except_tasks' (put settings on its entries)"
+        )
+    if only is None and not never:
+        raise MatrixError(f"{where}: a group needs 'tasks' or 'except_tasks' (list the entries directly otherwise)")
+    if not isinstance(members, list) or not members:
+        raise MatrixError(f"{where}.entries must be a non-empty list of entries")
+    out = []
+    for i, m in enumerate(members):
+        if isinstance(m, dict) and "entries" in m:
+            raise MatrixError(f"{where}.entries[{i}]: groups do not nest; list the entries in one group")
+        e = _entry(m, f"{where}.entries[{i}]", tier_tasks)
+        tasks = only if e.tasks is None else e.tasks if only is None else tuple(t for t in e.tasks if t in only)
+        out.append(replace(e, tasks=tasks, except_tasks=tuple(dict.fromkeys(e.except_tasks + never))))
+    return out
+
+
+def _entry(raw: Any, where: str, tier_tasks: tuple[str, ...] | None = None) -> Entry:
+    """One entry (its task names checked against ``tier_tasks`` when given)."""
     if isinstance(raw, str):
         return Entry(CompressionPlan.from_dict(raw))
     if not isinstance(raw, dict):
@@ -161,17 +224,12 @@ def _entry(raw: Any, where: str) -> Entry:
     for k in raw:
         if not isinstance(k, str):
             raise MatrixError(f"{where}: key {k!r} must be a string")
-    tasks = raw.pop("tasks", None)
-    if tasks is not None:
-        if isinstance(tasks, str):
-            tasks = [tasks]
-        if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
-            raise MatrixError(f"{where}.tasks must be a list of task names")
-        tasks = tuple(tasks)
+    tasks, except_tasks = _restriction(raw, where, tier_tasks)
     unknown = set(raw) - set(PLAN_KEYS) - set(SETTING_KEYS)
     if unknown:
         raise MatrixError(
-            f"{where}: unknown key(s) {sorted(unknown)}; valid keys: {', '.join([*PLAN_KEYS, 'tasks', *SETTING_KEYS])}"
+            f"{where}: unknown key(s) {sorted(unknown)}; valid keys: "
+            f"{', '.join([*PLAN_KEYS, *RESTRICT_KEYS, *SETTING_KEYS])}"
         )
     settings = _settings({k: v for k, v in raw.items() if k in SETTING_KEYS}, where)
     plan_d = {k: v for k, v in raw.items() if k in PLAN_KEYS}
@@ -184,7 +242,7 @@ def _entry(raw: Any, where: str) -> Entry:
         plan = CompressionPlan.from_dict(plan_d)
     except (ConfigError, ValueError, TypeError) as e:
         raise MatrixError(f"{where}: {e}") from None
-    return Entry(plan, tasks, settings)
+    return Entry(plan, tasks, settings, except_tasks)
 
 
 def _tier(name: str, raw: Any, where: str) -> Tier:
@@ -202,7 +260,7 @@ def _tier(name: str, raw: Any, where: str) -> Tier:
     comps = raw["compressors"]
     if not isinstance(comps, list) or not comps:
         raise MatrixError(f"{where}.compressors must be a non-empty list of entries")
-    entries = tuple(_entry(c, f"{where}.compressors[{i}]") for i, c in enumerate(comps))
+    entries = tuple(e for i, c in enumerate(comps) for e in _entries(c, f"{where}.compressors[{i}]", tuple(tasks)))
     timeout = raw.get("cell_timeout_s")
     if timeout is not None:
         from .options import check_cell_timeout

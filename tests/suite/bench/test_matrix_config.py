@@ -80,6 +80,55 @@ def test_every_builtin_compressor_is_in_every_default_tier(shipped, name):
         assert name in used, f"built-in compressor {name!r} is missing from tier {tier} in {MATRIX_PATH}"
 
 
+def _smoke_models() -> tuple[set[str], set[str]]:
+    """The built-in tasks with a model of their own, and those that reuse sst2's encoder and stage
+    split (the GLUE tasks of tasks/glue.py: only their data, head and loss differ)."""
+    from tasks import available_tasks, get_task_class
+    from tasks.glue import GlueTask
+
+    builtin = {t for t in available_tasks() if get_task_class(t).__module__.startswith("tasks.")}
+    variants = {t for t in builtin if issubclass(get_task_class(t), GlueTask)}
+    return builtin - variants, variants
+
+
+@pytest.fixture(scope="module")
+def smoke_cells(shipped):
+    return plan_cells(Selection(tier="smoke"), shipped)
+
+
+@pytest.mark.parametrize("name", _builtins())
+def test_smoke_runs_every_builtin_on_every_model(smoke_cells, name):
+    """Each built-in compressor runs end to end in CI on every task with a model of its own (a cell that
+    is not applicable, subspace without a residual subspace, counts: it says why); a new task fails here
+    until the smoke tier runs every built-in on it."""
+    own, _ = _smoke_models()
+    assert {"cifar10", "sst2", "shakespeare", "wikitext2"} <= own  # the rule is about these, at least
+    on = {c.config.task for c in smoke_cells if name in _plan_names(c)}
+    assert own <= on, f"built-in compressor {name!r} is missing from smoke tier task(s) {sorted(own - on)}"
+    ran = {c.config.task for c in smoke_cells if c.skip is None and name in _plan_names(c)}
+    assert ran, f"built-in compressor {name!r} runs on no smoke task"
+
+
+def _plan_names(cell) -> set[str]:
+    return set().union(*map(_names, cell.config.plan.all_specs()))
+
+
+def test_smoke_trains_every_glue_variant_uncompressed_and_compressed(smoke_cells):
+    """The GLUE tasks built on sst2's encoder are not given every built-in (their cells would repeat sst2's):
+    each trains end to end uncompressed, sparse, quantized and with AQ-SGD's per-sample buffers, forward and
+    backward compressed, so its own pairs, head, loss and sample ids are exercised."""
+    _, variants = _smoke_models()
+    assert {"cola", "mrpc", "rte", "stsb"} <= variants
+    for task in variants:
+        cells = [c for c in smoke_cells if c.config.task == task]
+        assert all(c.runnable for c in cells)
+        plans = {(c.config.plan.forward, c.config.plan.backward) for c in cells}
+        for spec in ("none", "topk", "quant", "aqsgd"):
+            assert (spec, spec) in plans, f"smoke tier: {task} lacks {spec}"
+        # the point: a shorter CI than every built-in on every task
+        assert len(cells) < len([c for c in smoke_cells if c.config.task == "sst2"])
+
+
 def _names(spec: str) -> set[str]:
     from compressors.registry import parse_spec, spec_names
 
@@ -137,6 +186,44 @@ def test_expansion_ids_seeds_and_not_applicable(tmp_path):
     assert all(c.config.time_limit_s == 60 for c in cells)
     assert [c.skip is not None for c in cells] == [False] * 6 + [True] * 2
     assert len({c.config.key() for c in cells}) == len(cells)
+
+
+def test_a_group_restricts_its_entries_to_its_tasks(tmp_path):
+    """`{entries: [...], tasks | except_tasks: [...]}`: a (YAML-aliased) list of entries on some of the
+    tier's tasks; an entry's own `tasks` narrows it further, and its settings stay its own."""
+    text = """
+schema: mpcbench.matrix/1
+defaults:
+  shared: &shared [none, {forward: fp16, backward: bf16, steps: 2}, {both: topk, tasks: [tiny]}]
+tiers:
+  smoke:
+    tasks: [tiny, tiny_adamw]
+    seeds: 1
+    compressors:
+      - {entries: *shared, tasks: [tiny_adamw]}
+      - {entries: [quant, {both: fp8, tasks: [tiny]}], except_tasks: [tiny_adamw]}
+"""
+    cells = _plan(tmp_path, text)
+    assert [c.test_id for c in cells] == [
+        "tiny-quant-seed0",
+        "tiny-fp8-seed0",
+        "tiny_adamw-none-seed0",
+        "tiny_adamw-fwd=fp16,bwd=bf16-seed0",
+    ]
+    assert [c.config.steps for c in cells if c.config.plan.forward == "fp16"] == [2]
+    # a task the tier does not list (--task: a plugin's) gets every entry not limited to listed tasks
+    other = """
+schema: mpcbench.matrix/1
+tiers:
+  smoke:
+    tasks: [tiny_adamw]
+    seeds: 1
+    compressors:
+      - {entries: [none, fp16], except_tasks: [tiny_adamw]}
+      - {entries: [bf16], tasks: [tiny_adamw]}
+"""
+    assert [c.test_id for c in _plan(tmp_path, other, tasks=("tiny",))] == ["tiny-none-seed0", "tiny-fp16-seed0"]
+    assert [c.test_id for c in _plan(tmp_path, other)] == ["tiny_adamw-bf16-seed0"]
 
 
 def test_user_specs_add_baseline_and_overrides(tmp_path):
@@ -213,6 +300,34 @@ def test_broken_plugin_fails_only_its_cells(tmp_path):
             "cell_timeout_s must be a finite number of seconds in (0, 604800]",
         ),
         ("schema: mpcbench.matrix/1\ntiers:\n  smoke: !!python/object:os.system {}\n", "malformed YAML"),
+        (
+            "schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [{both: topk, tasks: [tiyn]}]}\n",
+            "tiers.smoke.compressors[0].tasks: 'tiyn' not among the tier's tasks (tiny)",
+        ),
+        (
+            "schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [{entries: [none], except_tasks: [tinny]}]}\n",
+            "tiers.smoke.compressors[0].except_tasks: 'tinny' not among the tier's tasks (tiny)",
+        ),
+        (
+            "schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [{both: none, tasks: [tiny], except_tasks: [tiny]}]}\n",
+            "compressors[0]: give 'tasks' (only these) or 'except_tasks' (all but these), not both",
+        ),
+        (
+            "schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [{entries: [none]}]}\n",
+            "compressors[0]: a group needs 'tasks' or 'except_tasks'",
+        ),
+        (
+            "schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [{entries: [none], tasks: [tiny], steps: 2}]}\n",
+            "unknown key(s) ['steps'] in a group; a group has only 'entries' and 'tasks' or 'except_tasks'",
+        ),
+        (
+            "schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [{entries: [{entries: [none], tasks: [tiny]}], tasks: [tiny]}]}\n",
+            "compressors[0].entries[0]: groups do not nest",
+        ),
+        (
+            "schema: mpcbench.matrix/1\ntiers:\n  smoke: {tasks: [tiny], seeds: 1, compressors: [{entries: [{forward: 3}], tasks: [tiny]}]}\n",
+            "compressors[0].entries[0].forward: a spec must be a string",
+        ),
     ],
 )
 def test_malformed_matrix_one_line_error(tmp_path, text, expected):
