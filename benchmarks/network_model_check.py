@@ -24,7 +24,9 @@ stages x dp, so one namespace holds a stage's TP group): TP all-reduces run over
 loopback, unlimited, and are modeled over the ``ideal`` intra-host link, as the runtime's own
 ``modeled.as_emulated`` is; only pipeline traffic crosses the tbf-limited links. Each row also
 carries the record's own ``modeled`` (``record_modeled_s``), the measured compute / comm split of
-the critical stage and each rank's CPU share of its step wall (``cpu_per_wall``).
+the critical stage, each rank's CPU share of its step wall (``cpu_per_wall``), the run's timing
+inputs (to re-model it later) and the model re-run with all processes on this machine's cores
+(``ratio_*_shared_cores``, ``benchmarks/shared_cores.py``: what the emulation adds, not the network).
 
 Runs of one round alternate depths and links so load changes hit all alike; every row reports
 the 1-minute load average before and after; ``--out`` saves them with the commit and the
@@ -42,6 +44,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import shared_cores  # noqa: E402
 
 from suite.results.network import IDEAL, INTRA_HOST, NetworkProfile, TimingInputs, model_run  # noqa: E402
 
@@ -88,6 +93,10 @@ def check(
         modeled = model_run(inputs, {"net": net}, statistic=statistic)["net"]["step_s"]
         row[f"modeled_{statistic}_s"] = modeled
         row[f"ratio_{statistic}"] = measured / modeled
+        # the same with every process of the run on this machine's cores (the emulation's own limit)
+        shared = shared_cores.step_s(inputs, net, os.cpu_count() or 1, statistic)
+        row[f"modeled_{statistic}_shared_cores_s"] = shared
+        row[f"ratio_{statistic}_shared_cores"] = measured / shared
     row.update(load=[round(load_before, 2), round(load_after, 2)], robust_clock=inputs.measurement.get("robust_clock"))
     row.update(
         measured_compute_s=r.time.compute_s,
@@ -95,6 +104,8 @@ def check(
         measured_comm_s=r.time.comm_s,
         cpu_per_wall=inputs.measurement.get("cpu_per_wall"),
         modeled_ideal_s=model_run(inputs, {"ideal": IDEAL})["ideal"]["step_s"],
+        stage_times=r.stage_times,
+        timing_inputs=r.timing_inputs,  # to re-model the run later
     )
     if link is not None:
         row["record_modeled_s"] = (r.network.get("modeled", {}).get("as_emulated") or {}).get("step_s")
@@ -106,7 +117,9 @@ def show(row: dict) -> None:
     print(
         f"{row['task']} {row['stages']} stages x dp {row['dp']} x tp {row['tp']}  {row['link']:9s} measured {row['measured_s'] * 1e3:7.1f} ms  "
         f"modeled {row['modeled_robust_s'] * 1e3:7.1f} ms (robust) {row['modeled_mean_s'] * 1e3:7.1f} ms (mean)  "
-        f"ratio {row['ratio_robust']:.2f} / {row['ratio_mean']:.2f}  load {row['load'][0]:.1f}-{row['load'][1]:.1f}",
+        f"ratio {row['ratio_robust']:.2f} / {row['ratio_mean']:.2f}  "
+        f"shared cores {row['ratio_robust_shared_cores']:.2f} / {row['ratio_mean_shared_cores']:.2f}  "
+        f"load {row['load'][0]:.1f}-{row['load'][1]:.1f}",
         flush=True,
     )
 
