@@ -20,8 +20,8 @@ record names is refused with one line.
 temporary ``HOME``, resource limits, its own session; as root with ``unshare`` also a network
 namespace with only loopback, a PID namespace (nothing it starts outlives it), the verifier's
 home folder hidden, and (a mount namespace) the whole file system read-only but its own folder
-and a private ``/dev/shm``, with every capability dropped so that it cannot remount. A missing layer is named in the output (``containment.missing``), never
-silently skipped.
+and a private ``/dev/shm``, with every capability dropped so that it cannot remount. A missing
+layer is named in the output (``containment.missing``), never silently skipped.
 
 **Comparison** (:func:`compare`): labels, spec, config and run setup equal; quality with and
 without compression, the curve, raw / wire bytes and messages per direction, per boundary and per
@@ -415,7 +415,7 @@ def contained_run(
 ) -> subprocess.CompletedProcess:
     """``argv`` inside ``box``; whatever it started is killed when it ends or times out. With the
     read-only layer, ``writable`` (the re-run's own folders) are the only places it can write."""
-    ns_env = {}
+    ns_env: dict[str, str] = {}
     if box.prefix:
         ns_env["VERIFY_HIDE_DIR"] = box.hide
         if box.readonly:
