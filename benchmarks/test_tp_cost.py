@@ -19,7 +19,8 @@ Per step (the first step of every run dropped): ``wall`` (slowest rank, as the r
 threads; time descheduled by other processes excluded). Per round the ratio tp2 / tp1 of the
 two runs' median steps; reported: min / median / max over rounds, the medians in ms, the
 1-minute load before and after. The two sides must train alike: the last stage's losses
-are compared (float32 sums in another order: within 1e-4 relative).
+are compared (float32 sums in another order: within 1e-4 relative; sst2's attention dropout
+draws other masks at tp=2, so there only within 10%).
 
 What it answers: ``single`` is the CPU price of TP's bookkeeping (split linears, the f/g
 operators, compress/frame/decode of every contribution, twice the TP ranks' Python) for the
@@ -62,11 +63,15 @@ class Case:
     tier: str
     steps: int  # per run, the first one dropped
     rounds: int
+    # the largest relative loss difference tp2 vs tp1 allowed: float32 sums in another order
+    # (1e-4), or, where dropout acts inside the split region, other masks (the TP ranks draw
+    # their own: docs/ARCHITECTURE.md, "Single process"), so only "the same task trained"
+    loss_rtol: float = 1e-4
 
 
 CASES = {
-    "shakespeare-quick": Case("shakespeare-quick", "shakespeare", "quick", steps=11, rounds=6),
-    "sst2-quick": Case("sst2-quick", "sst2", "quick", steps=5, rounds=4),
+    "shakespeare-quick": Case("shakespeare-quick", "shakespeare", "quick", steps=11, rounds=6),  # dropout 0
+    "sst2-quick": Case("sst2-quick", "sst2", "quick", steps=5, rounds=4, loss_rtol=0.1),  # BERT dropout 0.1
 }
 
 
@@ -228,7 +233,7 @@ def test_tp_cost_per_step(benchmark, case_id, mode):
     res = benchmark.pedantic(measure, args=(case, mode), rounds=1, iterations=1)
     benchmark.extra_info.update(res)
     print("\n" + summary(res))
-    assert res["loss_max_rel_diff"] < 1e-4, "tp=2 trained differently from tp=1"
+    assert res["loss_max_rel_diff"] < case.loss_rtol, "tp=2 trained differently from tp=1"
     assert res["tp1_ranks"] == (2 if mode == "torchrun" else 1) and res["tp2_ranks"] == (4 if mode == "torchrun" else 1)
     for k in MEASURES:
         assert res[f"tp1_{k}_ms"] > 0 and res[f"tp2_{k}_ms"] > 0
@@ -249,7 +254,7 @@ if __name__ == "__main__":
     for case_id in a.case:
         case = CASES[case_id]
         if a.steps:
-            case = Case(case.id, case.task, case.tier, a.steps, case.rounds)
+            case = Case(case.id, case.task, case.tier, a.steps, case.rounds, case.loss_rtol)
         for mode in a.mode.split(","):
             rows.append(measure(case, mode, a.rounds))
             print(summary(rows[-1]), flush=True)
