@@ -113,10 +113,18 @@ print({RECORD_TAG!r} + json.dumps(rec), flush=True)
 # ':'-separated) writable again, a private /dev/shm, and every capability dropped so that the re-run
 # (root) cannot remount, mount or unmount anything; then the re-run.
 NS_SCRIPT = (
-    'ip link set lo up || exit 97; d="$VERIFY_HIDE_DIR"; ro="$VERIFY_READONLY"; rw="$VERIFY_RW_DIRS"; '
-    "unset VERIFY_HIDE_DIR VERIFY_READONLY VERIFY_RW_DIRS; "
-    'if [ -n "$d" ] && [ -d "$d" ]; then mount -t tmpfs -o size=1m,mode=700 tmpfs "$d" || exit 98; fi; '
-    'if [ -z "$ro" ]; then exec "$@"; fi; set -f; '
+    'ip link set lo up || exit 97; d="$VERIFY_HIDE_DIR"; k="$VERIFY_KEEP_DIRS"; ro="$VERIFY_READONLY"; '
+    'rw="$VERIFY_RW_DIRS"; unset VERIFY_HIDE_DIR VERIFY_KEEP_DIRS VERIFY_READONLY VERIFY_RW_DIRS; set -f; '
+    # the folders of the home that the re-run needs (the interpreter's) wait on a staging tmpfs while
+    # the home is covered, then move back into the empty home
+    'if [ -n "$d" ] && [ -d "$d" ]; then if [ -n "$k" ]; then mount -t tmpfs -o size=1m tmpfs /dev/shm || exit 98; '
+    'IFS=:; i=0; for x in $k; do i=$((i+1)); mkdir "/dev/shm/$i" && mount --bind "$d/$x" "/dev/shm/$i" || exit 98; '
+    "done; unset IFS; fi; "
+    'mount -t tmpfs -o size=1m,mode=700 tmpfs "$d" || exit 98; '
+    'if [ -n "$k" ]; then IFS=:; i=0; for x in $k; do i=$((i+1)); '
+    'mkdir "$d/$x" && mount --move "/dev/shm/$i" "$d/$x" || exit 98; done; unset IFS; umount /dev/shm || exit 98; fi; '
+    "fi; "
+    'if [ -z "$ro" ]; then exec "$@"; fi; '
     "for m in $(awk '{print $5}' /proc/self/mountinfo | sort -u); do "
     'mount -o remount,bind,ro "$m" || { echo "containment: cannot make $m read-only" >&2; exit 99; }; done; '
     'IFS=:; for w in $rw; do mount --bind "$w" "$w" && mount -o remount,bind,rw "$w" '
@@ -297,6 +305,7 @@ class Containment:
     layers: tuple[str, ...]
     missing: tuple[str, ...]
     hide: str = ""  # a folder the namespace covers with an empty tmpfs
+    keep: str = ""  # ':'-separated folders of ``hide`` the re-run needs, kept visible in it
     readonly: bool = False  # the file system read-only but for the re-run's own folders
 
     def to_dict(self) -> dict[str, list[str]]:
@@ -349,15 +358,41 @@ def containment(hide: Path | None = None, needed: tuple[Path, ...] = ()) -> Cont
         )
     else:
         missing.append(f"read-only file system: {why_not}")
-    home = ""
+    home, keep = "", ""
     if hide is not None and hide.is_dir():
-        inside = [n for n in needed if hide.resolve() in (n.resolve(), *n.resolve().parents)]
-        if inside:
-            missing.append(f"hidden home folder: {hide} holds {inside[0]}, which the re-run needs")
+        h = hide.resolve()
+        inside = [n.resolve() for n in needed if h in (n.resolve(), *n.resolve().parents)]
+        kept = sorted({n.relative_to(h).parts[0] for n in inside if n != h})
+        bad = [n for n in inside if n == h or not (h / n.relative_to(h).parts[0]).is_dir()]
+        bad += [h / k for k in kept if ":" in k or "\n" in k]
+        why_not = ""
+        if bad:
+            why_not = f"{hide} holds {bad[0]}, which the re-run needs"
+        elif not _hiding_works(h, kept):
+            why_not = f"the probe failed to cover {hide} but {', '.join(kept)}"
+        if why_not:
+            missing.append(f"hidden home folder: {why_not}")
         else:
-            home = str(hide)
-            layers.append(f"{hide}: hidden (an empty tmpfs over it)")
-    return Containment(NS_PREFIX, tuple(layers), tuple(missing), home, readonly)
+            home, keep = str(h), ":".join(kept)
+            but = f"; only {', '.join(kept)} left visible in it, which the re-run needs" if kept else ""
+            layers.append(f"{hide}: hidden (an empty tmpfs over it{but})")
+    return Containment(NS_PREFIX, tuple(layers), tuple(missing), home, keep, readonly)
+
+
+def _hiding_works(home: Path, kept: list[str]) -> bool:
+    """Whether covering ``home`` with an empty tmpfs but ``kept`` works here (a probe lists it inside)."""
+    probe = subprocess.run(
+        [*NS_PREFIX, "sh", "-c", 'ls -A "$1"', "sh", str(home)],
+        capture_output=True,
+        text=True,
+        env={
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "VERIFY_HIDE_DIR": str(home),
+            "VERIFY_KEEP_DIRS": ":".join(kept),
+        },
+        check=False,
+    )
+    return probe.returncode == 0 and sorted(probe.stdout.split()) == kept
 
 
 def _readonly_works() -> tuple[bool, str]:
@@ -417,7 +452,7 @@ def contained_run(
     read-only layer, ``writable`` (the re-run's own folders) are the only places it can write."""
     ns_env: dict[str, str] = {}
     if box.prefix:
-        ns_env["VERIFY_HIDE_DIR"] = box.hide
+        ns_env.update(VERIFY_HIDE_DIR=box.hide, VERIFY_KEEP_DIRS=box.keep)
         if box.readonly:
             dirs = [str(Path(w).resolve()) for w in writable]
             if any(":" in d or "\n" in d for d in dirs):

@@ -288,6 +288,8 @@ except OSError as e:
     out["net"] = type(e).__name__
 out["ifaces"] = sorted(n for _, n in socket.if_nameindex())
 out["home_listing"] = os.listdir(sys.argv[1]) if os.path.isdir(sys.argv[1]) else None
+kept = os.path.join(sys.argv[1], "keep", "needed.txt")
+out["kept"] = open(kept).read() if os.path.exists(kept) else None
 # writes: its own folder and /dev/shm yes; anywhere else (the verifier's folders, the code tree) no
 for name, path in (("own", os.environ["HOME"] + "/f"), ("shm", "/dev/shm/f"), ("outside", sys.argv[3]),
                    ("cwd", "written-into-the-tree")):
@@ -323,7 +325,9 @@ def test_a_rerun_is_contained_and_nothing_it_starts_outlives_it(tmp_path, monkey
     fake_home = tmp_path / "home"
     fake_home.mkdir()
     (fake_home / ".ssh").mkdir()
-    box = verify.containment(fake_home, needed=(Path(sys.executable),))
+    (fake_home / "keep").mkdir()
+    (fake_home / "keep" / "needed.txt").write_text("needed")  # like the interpreter under /root/.pyenv
+    box = verify.containment(fake_home, needed=(Path(sys.executable), fake_home / "keep" / "needed.txt"))
     home = tmp_path / "rerun-home"
     home.mkdir()
     env = verify.rerun_environment(tmp_path, "0" * 40, 1, home)
@@ -358,7 +362,8 @@ def test_a_rerun_is_contained_and_nothing_it_starts_outlives_it(tmp_path, monkey
     assert out["write_shm"] == "written" and not Path("/dev/shm/f").exists()  # a private /dev/shm
     assert out["remount"] != 0  # no capabilities left to undo the layer
     assert out["ifaces"] == ["lo"] and out["net"] != "connected"
-    assert out["home_listing"] == []  # the verifier's home is an empty tmpfs inside
+    # the verifier's home is an empty tmpfs inside, but for the folder holding what the re-run needs
+    assert out["home_listing"] == ["keep"] and out["kept"] == "needed", out
     assert daemon is not None
     # the daemon lived in the re-run's PID namespace: its pid there is not ours; it must be gone
     assert not any(
