@@ -442,11 +442,19 @@ def _head_is_clean() -> bool:
 
 
 @pytest.mark.skipif(not HAS_GIT, reason="needs a git checkout")
-def test_verify_reruns_a_tiny_cell_contained_and_catches_a_forged_number(tmp_path):
-    """A record of the tiny task made here, at HEAD: the contained re-run (from `git archive HEAD`)
-    matches it when the checkout is clean; the same record with a forged metric fails."""
+@pytest.mark.parametrize(
+    "mode", ["single", pytest.param("torchrun", marks=[pytest.mark.distributed, pytest.mark.slow])]
+)
+def test_verify_reruns_a_tiny_cell_contained_and_catches_a_forged_number(tmp_path, mode):
+    """A record of the tiny task made here, at HEAD: the contained re-run (from `git archive HEAD`, with
+    every layer this machine has, the verifier's home hidden as `verify` does) matches it when the
+    checkout is clean; the same record with a forged metric fails. In torchrun mode too: the stage
+    processes and their rendezvous work inside the namespaces and the read-only file system."""
+    import tempfile
+
     from suite.bench.cell import run_cell
     from suite.pipeline.config import CellConfig, CompressionPlan
+    from tasks.api import default_data_dir
 
     head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     # the pinned plugin also tries to write outside the re-run's own folder (refused by the read-only layer)
@@ -459,6 +467,7 @@ def test_verify_reruns_a_tiny_cell_contained_and_catches_a_forged_number(tmp_pat
         plan=CompressionPlan("quant(bits=4)", "none"),
         stages=2,
         steps=3,
+        mode=mode,
         plugins=(str(entry / "tiny_task.py"),),
         time_limit_s=300,
     )
@@ -469,7 +478,8 @@ def test_verify_reruns_a_tiny_cell_contained_and_catches_a_forged_number(tmp_pat
     rec["provenance"]["git_commit"], rec["provenance"]["git_dirty"] = head, not _head_is_clean()
     forged = {**copy.deepcopy(rec), "record_id": "forged", "final_metric": min(1.0, rec["final_metric"] + 0.3)}
     trees = verify.CodeTrees(REPO, "HEAD")
-    box = verify.containment()
+    needed = (Path(sys.executable), REPO, default_data_dir(), Path(tempfile.gettempdir()))
+    box = verify.containment(Path.home(), needed=needed)
     try:
         check, new = verify.check_cell(rec, entry, [rec], trees, 300, 1, box)
         if box.readonly:
