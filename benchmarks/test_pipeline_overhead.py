@@ -153,3 +153,161 @@ def test_step_time(benchmark, overhead_case: OverheadCase, variant: str):
         overhead_per_message_s=overhead / (2 * (S - 1) * M),
     )
     assert step_s > 0 and base > 0
+
+
+def interleaved(case_id: str, rounds: int, steps: int | None = None, **overrides: Any) -> dict[str, Any]:
+    """Issue 28: the pipeline and the unsplit model in alternating runs (which goes first
+    alternates), each step timed on this thread's CPU clock; per round the ratio of the two
+    mean step times. Returns the per-round ratios, the step times and the pipeline's own split
+    of its step (compute incl. optimizer / compress / comm), with the load before and after."""
+    import os
+    from statistics import median
+
+    case = next(c for c in CASES if c.id == case_id)
+    extra = {k: v for k, v in {"steps": steps, **overrides}.items() if v is not None}
+    cfg = OverheadCase(case.id, case.device, {**case.config, **extra}).cell()
+    load0 = os.getloadavg()[0]
+    out: dict[str, list[float]] = {
+        "unsplit": [],
+        "pipeline": [],
+        "ratio": [],
+        "compute": [],
+        "compress": [],
+        "comm": [],
+    }
+    with _step_clock(case.device):
+        _unsplit_step(cfg), run(cfg)  # warm-up (data decode, allocator)
+        for r in range(rounds):
+            got: dict[str, float] = {}
+            for side in ("unsplit", "pipeline") if r % 2 == 0 else ("pipeline", "unsplit"):
+                if side == "unsplit":
+                    got[side] = _unsplit_step(cfg)
+                else:
+                    res = run(cfg)
+                    got[side] = res.time.step_s
+                    for k in ("compute", "compress", "comm"):
+                        out[k].append(getattr(res.time, f"{k}_s"))
+            out["unsplit"].append(got["unsplit"])
+            out["pipeline"].append(got["pipeline"])
+            out["ratio"].append(got["pipeline"] / got["unsplit"])
+    ratios = sorted(out["ratio"])
+    return {
+        "case": case_id,
+        "overrides": extra,
+        "rounds": rounds,
+        "load": [load0, os.getloadavg()[0]],
+        "ratio_min_median_max": [ratios[0], median(ratios), ratios[-1]],
+        "unsplit_step_s_median": median(out["unsplit"]),
+        "pipeline_step_s_median": median(out["pipeline"]),
+        **{f"pipeline_{k}_s_median": median(v) for k, v in out.items() if k in ("compute", "compress", "comm") and v},
+        "per_round": out,
+    }
+
+
+def order_cost(rounds: int = 6) -> dict[str, Any]:
+    """What the single-process pipeline's order costs without any runtime: cifar10 quick's 4
+    stages and 4 micro-batches trained by hand, per round (thread CPU, interleaved):
+    ``unsplit`` (one graph, micro-batch after micro-batch), ``split`` (the same order with the
+    graph cut at every stage boundary: a detached leaf per stage, 16 backward calls instead of
+    4) and ``split_all_forwards_first`` (the cut graph, every micro-batch's forward before the
+    backwards: 4 micro-batches' activations alive at once, as on a pipeline's first stage)."""
+    import os
+    from statistics import median
+
+    import torch
+
+    from tasks import build_task
+
+    task = build_task("cifar10", "quick", seed=0)
+    torch.manual_seed(0)
+    stages = task.build_stages(4)
+    batch = next(iter(task.train_batches()))
+    M = 4
+    mbs = batch.split(M)
+    params = [p for st in stages for p in st.parameters()]
+
+    def unsplit() -> None:
+        for mb in mbs:
+            x = mb.inputs
+            for st in stages:
+                x = st(x, mb.inputs)
+            (task.loss(x, mb.targets) / M).backward()
+
+    def forward(mb) -> tuple[list, Any]:
+        x, cut = mb.inputs, []
+        for i, st in enumerate(stages):
+            leaf = x.detach().requires_grad_(i > 0)
+            x = st(leaf, mb.inputs)
+            cut.append((leaf, x))
+        return cut, task.loss(x, mb.targets) / M
+
+    def backward(cut: list, loss: Any) -> None:
+        g = None
+        for i in reversed(range(len(cut))):
+            leaf, y = cut[i]
+            torch.autograd.backward((loss,) if g is None else (y,), None if g is None else (g,))
+            g = leaf.grad
+
+    def split() -> None:
+        for mb in mbs:
+            backward(*forward(mb))
+
+    def split_all_forwards_first() -> None:
+        for cut, loss in [forward(mb) for mb in mbs]:
+            backward(cut, loss)
+
+    ways = {"unsplit": unsplit, "split": split, "split_all_forwards_first": split_all_forwards_first}
+    times: dict[str, list[float]] = {k: [] for k in ways}
+    load0 = os.getloadavg()[0]
+    for r in range(rounds + 1):
+        for name, f in ways.items() if r % 2 == 0 else reversed(ways.items()):
+            for p in params:
+                p.grad = None
+            t0 = time.thread_time()
+            f()
+            if r:  # round 0: warm-up
+                times[name].append(time.thread_time() - t0)
+    out: dict[str, Any] = {"load": [load0, os.getloadavg()[0]], "rounds": rounds}
+    for name, ts in times.items():
+        ratios = sorted(a / b for a, b in zip(ts, times["unsplit"]))
+        out[name] = {"ms_median": median(ts) * 1e3, "ratio_min_median_max": [ratios[0], median(ratios), ratios[-1]]}
+    return out
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+    import sys
+
+    if sys.argv[1:2] == ["order"]:  # python benchmarks/test_pipeline_overhead.py order [rounds]
+        import torch
+
+        torch.set_num_threads(1)
+        res = order_cost(int(sys.argv[2]) if len(sys.argv) > 2 else 6)
+        for name in ("unsplit", "split", "split_all_forwards_first"):
+            lo, mid, hi = res[name]["ratio_min_median_max"]
+            print(f"{name}: {res[name]['ms_median']:.1f} ms, vs unsplit {lo:.3f} / {mid:.3f} / {hi:.3f}")
+        print(f"load {res['load'][0]:.1f} -> {res['load'][1]:.1f}, {res['rounds']} rounds")
+        sys.exit(0)
+
+    p = argparse.ArgumentParser(description="pipeline vs unsplit step, interleaved runs (thread CPU clock)")
+    p.add_argument("case", choices=[c.id for c in CASES if c.device == "cpu"])
+    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--microbatches", type=int, default=None, help="both sides (default: the tier's)")
+    p.add_argument("--schedule", default=None, help="the pipeline's schedule (default: 1f1b)")
+    p.add_argument("--json", default=None)
+    a = p.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    res = interleaved(a.case, a.rounds, a.steps, microbatches=a.microbatches, schedule=a.schedule)
+    lo, mid, hi = res["ratio_min_median_max"]
+    print(
+        f"{a.case} {res['overrides']}: pipeline / unsplit step {lo:.3f} / {mid:.3f} / {hi:.3f} (min/median/max over {a.rounds} rounds); "
+        f"unsplit {res['unsplit_step_s_median'] * 1e3:.2f} ms, pipeline {res['pipeline_step_s_median'] * 1e3:.2f} ms "
+        f"(compute {res.get('pipeline_compute_s_median', 0) * 1e3:.2f}, compress {res.get('pipeline_compress_s_median', 0) * 1e3:.2f}, "
+        f"comm {res.get('pipeline_comm_s_median', 0) * 1e3:.2f}); load {res['load'][0]:.1f} -> {res['load'][1]:.1f}"
+    )
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=1))

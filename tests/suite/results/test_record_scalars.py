@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import numpy as np
 import pytest
 
 from suite.results.records import RecordError
@@ -38,6 +39,18 @@ def test_the_fast_scalar_check_agrees_with_the_explaining_walk():
         deep[0],
         {"a": [object()]},
         {"a": [[[[[[[[]]]]]]]]},
+        # long numeric lists take the C-level path (type set, sum of magnitudes): the same verdicts
+        {"a": [1] * 20 + [10**19]},
+        {"a": [-(10**18) - 1] + [0] * 20},
+        {"a": [9 * 10**17] * 20},
+        {"a": [1.0] * 20 + [float("inf")]},
+        {"a": [1.0] * 20 + [float("nan")]},
+        {"a": [float("nan")] + [1.0] * 20 + [2e18]},
+        {"a": [True, 2, 3.5] * 10},
+        {"a": [1] * 20 + ["x" * (rec.MAX_STR + 1)]},
+        {"a": [1] * 20 + [None]},
+        {"a": [1] * 20 + [[2e18]]},
+        {"a": [np.float64(1.0)] * 20},  # not a JSON type: refused, as one value alone is
     ]
     root = Path(__file__).resolve().parents[3] / "records"
     cases += [json.loads(line) for f in sorted(root.glob("*/*.jsonl"))[:2] for line in f.read_text().splitlines()[:5]]
