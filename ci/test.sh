@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command of the README: install, then
 #   1. python -m pytest                     the test suite (testpaths = tests)
-#   2. python -m pytest suite --tier smoke  the smoke matrix, into a temporary results store
+#   2. python -m pytest suite --tier smoke  the smoke matrix, into a temporary results store (2 cells at once)
 #   3. mpcbench validate                    that store
 # Exits non-zero if any step fails (pytest's "no tests collected", exit 5, is a failure).
 # Extra arguments go to step 1 (e.g. -x, -k expr); MPCBENCH_SMOKE_ARGS to step 2.
@@ -25,9 +25,13 @@ rc=$?
 [ $rc -eq 0 ] || { echo "ci/test.sh: pytest failed (exit $rc)"; failed=1; }
 
 SMOKE_DIR="$(mktemp -d "${TMPDIR:-/tmp}/mpcbench-smoke.XXXXXX")"
-echo "== python -m pytest suite --tier smoke (results: $SMOKE_DIR/store.jsonl)"
+# two cells at a time where there are two cores (pytest-xdist, a dev dependency: each worker pins its
+# cells to its share of the cores and appends to the store under its lock); MPCBENCH_SMOKE_ARGS="-n 0"
+# runs them one by one
+WORKERS="$("$PY" -c 'import os; print(min(2, len(os.sched_getaffinity(0))))')"
+echo "== python -m pytest suite --tier smoke -n $WORKERS (results: $SMOKE_DIR/store.jsonl)"
 # shellcheck disable=SC2086  # MPCBENCH_SMOKE_ARGS is a list of words on purpose
-"$PY" -m pytest suite --tier smoke --results "$SMOKE_DIR/store.jsonl" -p no:cacheprovider -rfEs ${MPCBENCH_SMOKE_ARGS:-}
+"$PY" -m pytest suite --tier smoke -n "$WORKERS" --results "$SMOKE_DIR/store.jsonl" -p no:cacheprovider -rfEs ${MPCBENCH_SMOKE_ARGS:-}
 rc=$?
 [ $rc -eq 0 ] || { echo "ci/test.sh: smoke matrix failed (exit $rc)"; failed=1; }
 "$PY" -m suite validate "$SMOKE_DIR/store.jsonl" || { echo "ci/test.sh: smoke store invalid"; failed=1; }

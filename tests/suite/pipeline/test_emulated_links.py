@@ -115,6 +115,9 @@ def test_over_100mbit_losses_equal_single_process_and_kernel_counts_the_wire_byt
 
 @pytest.mark.netns
 @pytest.mark.distributed
+# a speed claim from measured step times (timed, not a unit check): `-m slow`; the bytes it rests on are
+# checked above, measured step times over links against the model by benchmarks/network_model_check.py
+@pytest.mark.slow
 @needs_netns
 def test_over_100mbit_a_sparse_boundary_is_measurably_faster_per_step():
     none = run(cell("wide", "none", (WIDE,), mode="torchrun", link="100Mbps"))
