@@ -174,7 +174,7 @@ DESCRIPTION = {
     "chance_note": "uniform over GPT-2's 50,257 tokens; the training split's unigram frequencies score 6.65",
     "targets": {"smoke": 10.7, "quick": 7.0, "gpu": 5.5, "full": 5.3},
     "page": "WikiText-2 language modelling: GPT-2 (Hugging Face GPT2LMHeadModel; GPT-2 small in the gpu and full tiers, a narrow one on the CPU; token embedding and LM head untied across stages) pretrained from scratch with GPT-2's BPE tokenizer. Metrics: validation loss per token in nats (lower is better) and perplexity; the full tier evaluates on the test split.",
-    "cpu_note": "three seeds of the uncompressed run (val_loss 5.679 / 6.011 / 5.589 at 120 steps; sd 0.222, so differences below about half a nat are not resolved with 3 vs 3 seeds), and TopK at 10% (seed 0) ends at 6.672, the loss of the training split's unigram frequencies: like shakespeare, this tier tells 'collapsed to a frequency predictor' from 'learned', not finer (measured 2026-11-25).",
+    "cpu_note": "three seeds of the uncompressed run (val_loss 5.679 / 6.011 / 5.589 at 120 steps; sd 0.222, so differences below about half a nat are not resolved with 3 vs 3 seeds). TopK at 10% (6.672) and PowerSGD rank 4 (6.689) end at the loss of the training split's unigram frequencies (6.65), while fp8 (5.695) and the autoencoder forward (5.892) stay inside the uncompressed spread (seed 0 each): like shakespeare, this tier tells 'collapsed to a frequency predictor' from 'learned', not finer (measured 2026-11-26).",
 }
 
 
