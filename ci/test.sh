@@ -27,11 +27,13 @@ rc=$?
 SMOKE_DIR="$(mktemp -d "${TMPDIR:-/tmp}/mpcbench-smoke.XXXXXX")"
 # two cells at a time where there are two cores (pytest-xdist, a dev dependency: each worker pins its
 # cells to its share of the cores and appends to the store under its lock); MPCBENCH_SMOKE_ARGS="-n 0"
-# runs them one by one
+# runs them one by one. --benchmark-disable: the cells' records are the output (xdist would disable
+# pytest-benchmark's timing table anyway, with a warning)
 WORKERS="$("$PY" -c 'import os; print(min(2, len(os.sched_getaffinity(0))))')"
 echo "== python -m pytest suite --tier smoke -n $WORKERS (results: $SMOKE_DIR/store.jsonl)"
 # shellcheck disable=SC2086  # MPCBENCH_SMOKE_ARGS is a list of words on purpose
-"$PY" -m pytest suite --tier smoke -n "$WORKERS" --results "$SMOKE_DIR/store.jsonl" -p no:cacheprovider -rfEs ${MPCBENCH_SMOKE_ARGS:-}
+"$PY" -m pytest suite --tier smoke -n "$WORKERS" --benchmark-disable --results "$SMOKE_DIR/store.jsonl" \
+    -p no:cacheprovider -rfEs ${MPCBENCH_SMOKE_ARGS:-}
 rc=$?
 [ $rc -eq 0 ] || { echo "ci/test.sh: smoke matrix failed (exit $rc)"; failed=1; }
 "$PY" -m suite validate "$SMOKE_DIR/store.jsonl" || { echo "ci/test.sh: smoke store invalid"; failed=1; }
