@@ -473,7 +473,7 @@ def _fake_entry(tmp_path, monkeypatch):
     (entry / "results.jsonl").write_text("{}\n")
     monkeypatch.setattr("leaderboard.submissions.load_entry", lambda d: (recs, []))
 
-    def fake_check(rec, *a):
+    def fake_check(rec, *a, **kw):
         return verify.CellCheck(rec["cell_id"], rec["record_id"], "match", "same"), None
 
     monkeypatch.setattr(verify, "check_cell", fake_check)
@@ -499,7 +499,7 @@ def test_the_check_reproduces_a_committed_verification_and_rejects_an_edited_one
     monkeypatch.setattr(
         verify,
         "check_cell",
-        lambda rec, *a: (verify.CellCheck(rec["cell_id"], rec["record_id"], "mismatch", "no"), None),
+        lambda rec, *a, **kw: (verify.CellCheck(rec["cell_id"], rec["record_id"], "mismatch", "no"), None),
     )
     assert verify.verify_entry(entry, base="HEAD")["status"] == "failed" and verification_status(entry) == "failed"
 
