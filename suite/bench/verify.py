@@ -885,20 +885,13 @@ def field_diffs(
     ``field_std``: across machines, the seed spread of each field by its name (:func:`field_spreads`;
     byte counts relative); a field without one is held to ``tol``, byte counts to :data:`BYTES_RTOL`."""
     try:
-        return _field_diffs(old, new, exact=exact, tol=tol, field_std=field_std)
+        return _field_diffs(old, new, _Diffs(exact, tol, field_std))
     except Exception as e:  # noqa: BLE001 - the record is untrusted: an unreadable field is a mismatch
         return [f"a field cannot be compared ({type(e).__name__}: {' '.join(str(e).split())[:120]})"]
 
 
-def _field_diffs(
-    old: dict[str, Any],
-    new: dict[str, Any],
-    *,
-    exact: bool,
-    tol: float = 0.0,
-    field_std: Mapping[str, float] | None = None,
-) -> list[str]:
-    d = _Diffs(exact, tol, field_std)
+def _field_diffs(old: dict[str, Any], new: dict[str, Any], d: _Diffs) -> list[str]:
+    exact = d.exact
     for k in IDENTITY_FIELDS:
         if k == "cell_key" and (old.get("config") or {}).get("plugins"):
             # the key hashes the plugin's path, and the re-run loads a checked copy of the pinned file:
