@@ -11,7 +11,9 @@ side in interleaved rounds (so load changes hit all three alike):
   variable-size compressors such as threshold use).
 
 ``extra_info`` holds the median round trip of each and ``fixed / plain`` (the issue's target at
-1 KB: <= 1.2) and ``framed / plain``, with the load average. One torch thread per process.
+1 KB: <= 1.2) and ``framed / plain``, with the load average; the same on the main thread's CPU
+clock (``*_cpu``: time descheduled excluded), and the per-round ratios against ``plain`` (min /
+median / max; rounds alternate the order of the cases). One torch thread per process.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import socket
 import time
 from statistics import median
+from typing import Any
 
 import pytest
 import torch
@@ -81,20 +84,27 @@ def _worker(rank: int, port: int, numel: int, out) -> None:
         for _ in range(3):
             f()
     times: dict[str, list[float]] = {k: [] for k in cases}
-    for _ in range(ROUNDS):
-        for name, f in cases.items():
+    cpu: dict[str, list[float]] = {k: [] for k in cases}  # this (the main) thread's CPU time
+    for r in range(ROUNDS):
+        for name, f in cases.items() if r % 2 == 0 else reversed(cases.items()):
             dist.barrier()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             for _ in range(ITERS):
                 f()
             times[name].append((time.perf_counter() - t0) / ITERS)
+            cpu[name].append((time.thread_time() - c0) / ITERS)
     if rank == 0:
-        out.put({k: median(v) for k, v in times.items()})
+        res: dict[str, object] = {k: median(v) for k, v in times.items()}
+        res |= {f"{k}_cpu": median(v) for k, v in cpu.items()}
+        for clock, per in (("wall", times), ("cpu", cpu)):  # per-round ratios against the plain anchor
+            for k in ("fixed", "framed"):
+                res[f"{k}_over_plain_{clock}_rounds"] = sorted(a / b for a, b in zip(per[k], per["plain"]))
+        out.put(res)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def measure(numel: int) -> dict[str, float]:
+def measure(numel: int) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     q = ctx.SimpleQueue()
     mp.start_processes(_worker, args=(_free_port(), numel, q), nprocs=2, join=True, start_method="spawn")
@@ -103,18 +113,26 @@ def measure(numel: int) -> dict[str, float]:
 
 @pytest.mark.parametrize("size", list(SIZES))
 def test_transport_round_trip_vs_plain_send_recv(benchmark, size):
+    load0 = os.getloadavg()[0]
     res = benchmark.pedantic(measure, args=(SIZES[size],), rounds=1, iterations=1)
+    spread = {f"{k}_min_median_max": [v[0], median(v), v[-1]] for k, v in res.items() if k.endswith("_rounds")}
     benchmark.extra_info.update(
-        {f"{k}_us": v * 1e6 for k, v in res.items()}
+        {f"{k}_us": v * 1e6 for k, v in res.items() if not k.endswith("_rounds")}
+        | spread
         | {
             "fixed_over_plain": res["fixed"] / res["plain"],
             "framed_over_plain": res["framed"] / res["plain"],
-            "loadavg": os.getloadavg()[0],
+            "loadavg": [load0, os.getloadavg()[0]],
         }
     )
     print(
         f"{size}: "
-        + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in res.items())
-        + f"; fixed/plain {res['fixed'] / res['plain']:.2f}, framed/plain {res['framed'] / res['plain']:.2f}, load {os.getloadavg()[0]:.1f}"
+        + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in res.items() if not k.endswith("_rounds"))
+        + f"; fixed/plain {res['fixed'] / res['plain']:.2f}, framed/plain {res['framed'] / res['plain']:.2f}; "
+        + "per round (min/median/max): "
+        + ", ".join(
+            f"{k.removesuffix('_min_median_max')} " + "/".join(f"{x:.2f}" for x in v) for k, v in spread.items()
+        )
+        + f"; load {load0:.1f} -> {os.getloadavg()[0]:.1f}"
     )
     assert res["fixed"] < res["framed"]  # one message beats two
