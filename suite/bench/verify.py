@@ -911,11 +911,13 @@ def _field_diffs(old: dict[str, Any], new: dict[str, Any], d: _Diffs) -> list[st
     ra, rb = old.get("reached_target_step"), new.get("reached_target_step")
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (ra, rb))
     target = old.get("target")
+    one_side = False  # the target reached on one machine only, within the spread: no time to target to compare
     if not exact and (ra is None) != (rb is None) and isinstance(target, (int, float)):
         # across machines a run ending near its target may reach it on one machine only: equal when the
         # run that did not reach it ended within the final metric's spread of the target
         last = new.get("final_metric") if rb is None else old.get("final_metric")
-        if not (isinstance(last, (int, float)) and abs(last - target) <= d._tol("final_metric")):
+        one_side = isinstance(last, (int, float)) and abs(last - target) <= d._tol("final_metric")
+        if not one_side:
             d.same("reached_target_step", ra, rb)
     elif exact or not numbers:
         d.same("reached_target_step", ra, rb)
@@ -944,7 +946,7 @@ def _field_diffs(old: dict[str, Any], new: dict[str, Any], d: _Diffs) -> list[st
         d.out.append(f"timing_inputs: the network model cannot read them ({type(e).__name__})")
         return d.out
     for prof in sorted(set(mo) | set(mn)):
-        for k in ("step_s", "total_s", "time_to_target_s"):
+        for k in ("step_s", "total_s") if one_side else ("step_s", "total_s", "time_to_target_s"):
             d.time(f"modeled {prof} {k}", (mo.get(prof) or {}).get(k), (mn.get(prof) or {}).get(k), wall)
     from suite.results.network import MODEL_VERSION
 

@@ -133,6 +133,14 @@ def test_across_machines_a_target_reached_on_one_machine_only_is_judged_by_the_f
     ] == []  # the target lies inside so wide a tolerance
     assert any(d.startswith("reached") for d in field_diffs(old, far, exact=False, tol=0.02))
     assert any(d.startswith("reached") for d in field_diffs(old, near, exact=True))
+    # nor do the modeled times to target (one side has none) count against it; the other times still do
+    timed_old = {**old, "timing_inputs": _timing(1.0)}
+    timed_near = {**near, "timing_inputs": _timing(1.2)}
+    assert not field_diffs(timed_old, timed_near, exact=False, tol=0.02)
+    assert any(
+        d.startswith("modeled")
+        for d in field_diffs(timed_old, {**near, "timing_inputs": _timing(0.01)}, exact=False, tol=0.02)
+    )
 
 
 @pytest.mark.parametrize(
