@@ -86,7 +86,10 @@ FRACTION = 0.1  # of the cells beyond one per setup (docs/leaderboard.md: the de
 TIME_FACTOR = 4.0  # measured and modeled times: re-run / record within [1/4, 4] (a loaded 2-core machine)
 MODEL_RTOL = 1e-6  # a record's stored modeled times vs the model of its own inputs (same model version)
 MEM_LIMIT = 20 * 2**30  # address space of one re-run (RLIMIT_AS)
-FILE_LIMIT = 8 * 2**30  # largest file a re-run may write (RLIMIT_FSIZE)
+# largest file offset a re-run may write (RLIMIT_FSIZE). Large because per-sample memories (AQ-SGD, EF)
+# are sparse files indexed by sample id: shakespeare's ids are offsets into a 1M-character text, so its
+# file spans tens of GB while holding a few MB (an 8 GiB limit failed those re-runs with EFBIG)
+FILE_LIMIT = 2**40
 OPEN_FILES = 4096
 ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "TZ")  # the only variables a re-run inherits
 RECORD_TAG = "mpcbench-verify-record: "
@@ -1088,7 +1091,7 @@ def _kept_rerun(resume: str | Path | None, record: dict[str, Any]) -> dict[str, 
         return None
     with contextlib.suppress(ValueError, OSError):
         kept = json.loads(path.read_text())
-        if isinstance(kept, dict) and kept.get("cell_key") == record.get("cell_key"):
+        if isinstance(kept, dict) and kept.get("cell_key") == record.get("cell_key") and kept.get("status") == "ok":
             return kept
     return None
 
@@ -1147,7 +1150,7 @@ def verify_entry(
             if progress:
                 progress(f"{'comparing the kept re-run of' if kept else 're-running'} {rec['cell_id']} ...")
             c, new = check_cell(rec, entry_dir, records, trees, time_limit_s, threads, box, rerun=kept)
-            if kept is None and new is not None:
+            if kept is None and new is not None and new.get("status") == "ok":  # a failed re-run runs again
                 _keep_rerun(resume, rec, new)
             if progress:
                 progress(f"  {c.status}: {c.cell_id}: {c.detail} ({c.seconds:g} s)")

@@ -425,7 +425,8 @@ def test_a_rerun_is_contained_and_nothing_it_starts_outlives_it(tmp_path, monkey
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "SECRET_TOKEN" not in out["env"] and out["home"] == str(home)
-    assert set(out["env"]) <= set(verify.ENV_ALLOW) | set(env) | {"PWD", "SHLVL", "_", "OLDPWD"}
+    # LC_CTYPE: Python sets it itself in a C locale (PEP 538 coercion), as in CI's bare environment
+    assert set(out["env"]) <= set(verify.ENV_ALLOW) | set(env) | {"PWD", "SHLVL", "_", "OLDPWD", "LC_CTYPE"}
     time.sleep(0.5)
     daemon = int(pidfile.read_text()) if pidfile.exists() else None
     assert out["write_own"] == "written"
@@ -617,6 +618,8 @@ def test_a_stopped_verification_resumes_from_its_kept_reruns(tmp_path, monkeypat
     verify._keep_rerun(tmp_path, old, new)
     assert verify._kept_rerun(tmp_path, old) == new
     assert verify._kept_rerun(None, old) is None
+    verify._keep_rerun(tmp_path, {**old, "record_id": "failed"}, {**new, "status": "failed"})
+    assert verify._kept_rerun(tmp_path, {**old, "record_id": "failed"}) is None  # a failed re-run runs again
     assert verify._kept_rerun(tmp_path, {**old, "cell_key": "another cell"}) is None  # never another cell's
     assert verify._kept_rerun(tmp_path, {**old, "provenance": {"git_commit": "def"}}) is None  # nor another commit's
 
