@@ -85,7 +85,10 @@ BYTES_RTOL = 0.01  # across machines: data-dependent payload sizes follow the va
 FRACTION = 0.1  # of the cells beyond one per setup (docs/leaderboard.md: the detection table)
 TIME_FACTOR = 4.0  # measured and modeled times: re-run / record within [1/4, 4] (a loaded 2-core machine)
 MODEL_RTOL = 1e-6  # a record's stored modeled times vs the model of its own inputs (same model version)
-MEM_LIMIT = 20 * 2**30  # address space of one re-run (RLIMIT_AS)
+# memory of one re-run: RLIMIT_DATA (heap and private mappings), not RLIMIT_AS, because the sparse
+# per-sample memories below are shared file mappings of tens of GB that hold a few MB (RLIMIT_AS = 20 GiB
+# failed shakespeare's AQ-SGD / EF re-runs with ENOMEM)
+MEM_LIMIT = 20 * 2**30
 # largest file offset a re-run may write (RLIMIT_FSIZE). Large because per-sample memories (AQ-SGD, EF)
 # are sparse files indexed by sample id: shakespeare's ids are offsets into a 1M-character text, so its
 # file spans tens of GB while holding a few MB (an 8 GiB limit failed those re-runs with EFBIG)
@@ -322,7 +325,7 @@ def containment(hide: Path | None = None, needed: tuple[Path, ...] = ()) -> Cont
     layers = [
         "environment: allow-list " + ", ".join(ENV_ALLOW) + " (+ the data folder and thread counts)",
         "HOME and TMPDIR: a fresh temporary folder",
-        f"rlimits: {MEM_LIMIT // 2**30} GiB address space, {FILE_LIMIT // 2**30} GiB files, "
+        f"rlimits: {MEM_LIMIT // 2**30} GiB data, {FILE_LIMIT // 2**30} GiB files, "
         f"{OPEN_FILES} open files, no core dumps, CPU time = the cell's time limit",
         "session: its own process group, killed when the re-run ends",
     ]
@@ -430,7 +433,7 @@ def _limits(cpu_s: float) -> Callable[[], None]:
 
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
         for what, value in (
-            (resource.RLIMIT_AS, MEM_LIMIT),
+            (resource.RLIMIT_DATA, MEM_LIMIT),
             (resource.RLIMIT_FSIZE, FILE_LIMIT),
             (resource.RLIMIT_NOFILE, OPEN_FILES),
             (resource.RLIMIT_CORE, 0),
@@ -803,9 +806,8 @@ def _modeled_now(record: dict[str, Any]) -> dict[str, dict[str, float | None]]:
     timing = record.get("timing_inputs")
     if not isinstance(timing, dict) or not timing:
         return {}
-    return network.model_run(
-        network.TimingInputs.from_dict(timing), network.PROFILES, record.get("reached_target_step")
-    )
+    # as the runner and the board model it: time to target at the interpolated target step of the inputs
+    return network.model_run(network.TimingInputs.from_dict(timing), network.PROFILES)
 
 
 class _Diffs:
