@@ -636,3 +636,29 @@ def test_a_stopped_verification_resumes_from_its_kept_reruns(tmp_path, monkeypat
     assert (check.status, got) == ("match", new), check.detail
     forged = {**copy.deepcopy(new), "final_metric": 0.99}  # a kept re-run is compared again like a fresh one
     assert verify.check_cell(old, tmp_path, [old], Trees(), 60.0, 1, box, rerun=forged)[0].status == "mismatch"
+
+
+def test_a_one_seed_row_across_machines_takes_the_tasks_pooled_spread():
+    """shakespeare's ef(topk) (one seed) moved 0.061 nats between the AMD and the Intel machine, where
+    the uncompressed run's spread allows 0.026: a one-seed row's own spread is unknown, so its headline
+    is held to the pooled spread of the task's multi-seed rows when that is larger than the tier's."""
+    noisy = [_rec(cell_id=f"n{s}", key=f"n{s}", seed=s, metric=m) for s, m in enumerate((3.30, 3.40, 3.35))]
+    calm = [
+        _rec(cell_id=f"c{s}", key=f"c{s}", seed=s, metric=m, specs={"forward": "none"})
+        for s, m in enumerate((2.14, 2.15, 2.13))
+    ]
+    single = _rec(cell_id="e0", key="e0", seed=0, metric=3.43, specs={"forward": "ef(topk)"})
+    std, why = verify._spread(single, [*noisy, *calm, single])
+    assert std == pytest.approx(((0.05**2 + 0.01**2) / 2) ** 0.5) and "pooled" in why
+    assert verify._spread(noisy[0], [*noisy, *calm])[1] == "std of the entry's 3 seeds"
+
+
+def test_across_machines_steps_may_regroup_by_payload_size_but_not_change_in_number():
+    """ef(topk)'s per-step payload sizes follow the values, so the timing inputs' run-length groups of
+    equal sizes differ across machines; their total, the step count, must not."""
+    old = _rec(timing_inputs={"counts": [1, 1, 3, 1]})
+    regrouped = _rec(timing_inputs={"counts": [1, 2, 2, 1]})
+    shorter = _rec(timing_inputs={"counts": [1, 2, 2]})
+    assert not [d for d in field_diffs(old, regrouped, exact=False, tol=0.1) if "counts" in d]
+    assert [d for d in field_diffs(old, shorter, exact=False, tol=0.1) if "counts" in d]
+    assert [d for d in field_diffs(old, regrouped, exact=True) if "counts" in d]
