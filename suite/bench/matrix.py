@@ -83,16 +83,9 @@ def _submitted(names: set[str]) -> bool:
     return any(not get_class(n).__module__.startswith("compressors.") for n in names)
 
 
-def _built_names(specs: list[str]) -> set[str]:
-    """Every compressor the specs build, also a bare word a wrapper takes as its compressor (``ef(mycomp)``)."""
-    from compressors.registry import compressor_names
-
-    return set().union(*(compressor_names(s) for s in specs))
-
-
 def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell]:
     """Expand a selection into cells, validating everything first (raises :class:`MatrixError`)."""
-    from compressors.registry import available, plugin_errors
+    from compressors.registry import available, compressor_names, plugin_errors
     from tasks import TaskError, available_tasks, get_task_class
 
     matrix = matrix or load_matrix(sel.matrix_path)
@@ -193,7 +186,12 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
             # in one process the receiver could reach the sender's objects (docs/reliability.md)
             mode = (
                 "torchrun"
-                if multi or (sel.mode == "auto" and _submitted(_built_names(entry.plan.all_specs()) & known))
+                # every compressor the plan builds, also a bare word a wrapper takes (``ef(mycomp)``)
+                if multi
+                or (
+                    sel.mode == "auto"
+                    and _submitted(set().union(*map(compressor_names, entry.plan.all_specs())) & known)
+                )
                 else sel.mode
             )
             mode = "single" if mode == "auto" else mode

@@ -660,6 +660,15 @@ def _same_environment(old: dict[str, Any], new: dict[str, Any], commit_matches: 
     return not diffs, "; ".join(diffs)
 
 
+def _task_rows(record: dict[str, Any], entry_records: list[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:
+    """The entry's ``ok`` records of ``record``'s task and tier (the latest per cell), by setup and seed."""
+    rows: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in _latest_ok(entry_records):
+        if r.get("task") == record.get("task") and r.get("tier") == record.get("tier"):
+            rows.setdefault(_group(r), {})[r["seed"]] = r
+    return rows
+
+
 def _spread(record: dict[str, Any], entry_records: list[dict[str, Any]]) -> tuple[float, str]:
     """The seed std of the final metric to compare against: the entry's own seeds of this row (>= 2);
     else the larger of the tier's measured std (the uncompressed run's) and the pooled std of the
@@ -667,20 +676,17 @@ def _spread(record: dict[str, Any], entry_records: list[dict[str, Any]]) -> tupl
     disturb training spread more than `none`: shakespeare's ef(topk) moved 0.061 nats between an AMD
     and an Intel machine where `none`'s spread allows 0.026)."""
     from leaderboard.statistics import MEASURED_SPREAD
+    from suite.results.tier_spread import sample_std
 
-    rows: dict[str, dict[int, float]] = {}
-    for r in entry_records:
-        if r.get("status") == "ok" and r["task"] == record["task"] and r["tier"] == record["tier"]:
-            rows.setdefault(_group(r), {})[r["seed"]] = r["final_metric"]
-
-    def std(xs: list[float]) -> float:
-        mean = sum(xs) / len(xs)
-        return math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+    rows = {
+        g: {seed: r["final_metric"] for seed, r in seeds.items()}
+        for g, seeds in _task_rows(record, entry_records).items()
+    }
 
     own = list(rows.get(_group(record), {}).values())
     if len(own) >= 2:
-        return std(own), f"std of the entry's {len(own)} seeds"
-    variances = [std(list(v.values())) ** 2 for v in rows.values() if len(v) >= 2]
+        return sample_std(own), f"std of the entry's {len(own)} seeds"
+    variances = [sample_std(list(v.values())) ** 2 for v in rows.values() if len(v) >= 2]
     pooled = math.sqrt(sum(variances) / len(variances)) if variances else 0.0
     measured = MEASURED_SPREAD.get((record["task"], record["tier"]))
     if measured is None and not variances:
@@ -732,6 +738,8 @@ def _numeric_fields(record: dict[str, Any]) -> tuple[dict[str, float], dict[str,
 
 def _field_stds(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Per field, the sample std over the rows' seeds (byte counts: relative to their mean)."""
+    from suite.results.tier_spread import sample_std
+
     by_seed = {r["seed"]: _numeric_fields(r) for r in rows}
     if len(by_seed) < 2:
         return {}
@@ -740,8 +748,7 @@ def _field_stds(rows: list[dict[str, Any]]) -> dict[str, float]:
         names = set.intersection(*(set(f[part]) for f in by_seed.values()))
         for name in names:
             xs = [f[part][name] for f in by_seed.values()]
-            mean = sum(xs) / len(xs)
-            sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+            sd, mean = sample_std(xs), sum(xs) / len(xs)
             if relative:
                 sd = sd / abs(mean) if mean else 0.0
             out[name] = sd
@@ -756,10 +763,7 @@ def field_spreads(record: dict[str, Any], entry_records: list[dict[str, Any]]) -
     a steadier estimate than 2-3 seeds give); a row with one seed: the largest std of that field
     among the task's rows (its own variability is unknown). Byte counts are relative (data-dependent
     payload sizes follow the values)."""
-    rows: dict[str, dict[int, dict[str, Any]]] = {}
-    for r in _latest_ok(entry_records):
-        if r.get("task") == record.get("task") and r.get("tier") == record.get("tier"):
-            rows.setdefault(_group(r), {})[r["seed"]] = r
+    rows = _task_rows(record, entry_records)
     own = _field_stds(list(rows.get(_group(record), {}).values()))
     largest: dict[str, float] = {}
     variances: dict[str, list[float]] = {}
@@ -770,9 +774,8 @@ def field_spreads(record: dict[str, Any], entry_records: list[dict[str, Any]]) -
     if own:
         pooled = {name: math.sqrt(sum(v) / len(v)) for name, v in variances.items()}
         largest = {name: max(own.get(name, 0.0), pooled.get(name, 0.0)) for name in set(own) | set(pooled)}
-    largest.pop(
-        "final_metric", None
-    )  # the headline keeps its own rule (:func:`_spread`): the row's seeds or the tier's
+    # the headline keeps its own rule (:func:`_spread`): the row's seeds or the tier's
+    largest.pop("final_metric", None)
     return largest
 
 

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-__all__ = ["SPREAD_FILE", "load_spread", "measure_spread", "main"]
+__all__ = ["SPREAD_FILE", "load_spread", "measure_spread", "sample_std", "main"]
 
 SPREAD_FILE = Path(__file__).with_name("tier_spread.json")
 SCHEMA = "mpcbench.tier_spread/1"
@@ -40,7 +40,7 @@ def load_spread(path: str | Path = SPREAD_FILE) -> list[dict[str, Any]]:
     return list(data["spread"])
 
 
-def _std(values: list[float]) -> float:
+def sample_std(values: list[float]) -> float:
     """Sample standard deviation. (Not ``statistics.stdev``: the Streamlit app runs with
     ``leaderboard/`` on ``sys.path``, where ``statistics`` is ``leaderboard/statistics.py``.)"""
     m = sum(values) / len(values)
@@ -83,7 +83,7 @@ def measure_spread(records: Iterable[Mapping[str, Any]], known: list[dict[str, A
         entry = out.get((task, tier), {"task": task, "tier": tier, "eval_samples": None})
         entry.update(
             metric=first.get("metric_name"),
-            seed_std=round(_std(list(seeds.values())), 5),
+            seed_std=round(sample_std(list(seeds.values())), 5),
             seeds={k: round(v, 4) for k, v in seeds.items()},
             measured_tier_budget=True,
             source=(
