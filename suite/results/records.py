@@ -225,7 +225,8 @@ def _explain_scalars(obj: Any, path: str, depth: int = 0) -> None:
                 raise RecordError(f"{path}: key {k!r} is not a string")
             if len(k) > MAX_STR:
                 raise RecordError(f"{path}: key longer than {MAX_STR} characters")
-            _explain_scalars(v, f"{path}.{k}", depth + 1)
+            # a hostile key must not break the one-line error: control characters are shown escaped
+            _explain_scalars(v, f"{path}.{k if k.isprintable() else ascii(k)}", depth + 1)
     elif isinstance(obj, list):
         if len(obj) > MAX_CURVE:
             raise RecordError(f"{path}: list longer than {MAX_CURVE}")
