@@ -269,7 +269,8 @@ def to_frame(records: Iterable[dict[str, Any]], *, details: bool = True) -> pd.D
       ``entry_info`` (dicts). With ``details=False`` the first three are left out and
       ``entry_info`` is a JSON string (the compact index's row, see the module docstring).
     """
-    rows = [_flatten(r, details) for r in records]
+    infos: dict[int, tuple[Any, str]] = {}  # entry_info JSON by object: the loader attaches one dict per entry
+    rows = [_flatten(r, details, infos) for r in records]
     frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(columns=_BASE_COLUMNS)
@@ -311,7 +312,9 @@ _BASE_COLUMNS = [
 ]
 
 
-def _flatten(r: dict[str, Any], details: bool = True) -> dict[str, Any]:
+def _flatten(
+    r: dict[str, Any], details: bool = True, infos: dict[int, tuple[Any, str]] | None = None
+) -> dict[str, Any]:
     ok = r.get("status") == "ok"
     info = _dict(r.get("entry_info"))
     prov = _dict(r.get("provenance"))
@@ -425,7 +428,13 @@ def _flatten(r: dict[str, Any], details: bool = True) -> dict[str, Any]:
             entry_info=info,
         )
     else:
-        row["entry_info"] = json.dumps(info, sort_keys=True)
+        raw = r.get("entry_info")
+        if infos is None or not isinstance(raw, dict):
+            row["entry_info"] = json.dumps(info, sort_keys=True)
+        else:  # by id; the dict is kept in ``infos`` so that its id is not reused
+            if id(raw) not in infos:
+                infos[id(raw)] = (raw, json.dumps(raw, sort_keys=True))
+            row["entry_info"] = infos[id(raw)][1]
     return row
 
 

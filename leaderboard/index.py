@@ -15,7 +15,16 @@ other per-record details are read back from the source files only for the rows o
     shown = load_details(frame[some_rows])    # + curve, config, provenance, timing_inputs
 
 The index lives in ``~/.cache/mpcbench/leaderboard/<hash of the sources>/`` (``index_dir``
-overrides it); deleting it only costs one rebuild.
+overrides it); deleting it only costs one rebuild. The heavy column (``timing_inputs``, a
+JSON string of several KB per record, read only for re-modeling at a link) is kept apart in
+``heavy.parquet`` there and written source by source as it is built, so building the index of
+100,000 records never holds all of them in memory (:meth:`Index.heavy` reads it back).
+
+**Building it in parallel.** Sources to load are shared out to worker processes
+(``concurrent.futures.ProcessPoolExecutor``, the ``spawn`` start method: the page runs in a
+threaded server) when there is enough to load (:data:`PARALLEL_MIN_BYTES` of record files) and
+more than one CPU; results come back in the sources' order, so the rows and problems are those
+of the serial build. ``MPCBENCH_INDEX_WORKERS`` sets the number of processes (``1``: serial).
 
 **The committed index**. Loading a records folder the first time costs seconds per
 record where records must be re-modeled (written by an older network model), so the rows of
@@ -38,18 +47,21 @@ import hashlib
 import json
 import os
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from leaderboard import submissions
 from leaderboard.frame import to_frame
 from leaderboard.submissions import Problem
-from suite.results.records import RecordError, validate_record
+from suite.results.record_json import load_record
+from suite.results.records import RecordError
 
 __all__ = [
     "Index",
@@ -64,8 +76,13 @@ __all__ = [
     "COMMITTED_INDEX",
 ]
 
-INDEX_VERSION = 2  # bump when the row layout changes: every index is rebuilt
-HEAVY_COLUMNS = ("timing_inputs",)  # in the file, but read only for the rows that need it
+INDEX_VERSION = 3  # bump when the row layout changes: every index is rebuilt (3: heavy.parquet apart)
+HEAVY_COLUMNS = ("timing_inputs",)  # kept in HEAVY_FILE, read only for the rows that need it
+HEAVY_FILE = "heavy.parquet"
+_HEAVY_SCHEMA = pa.schema([("_key", pa.string()), ("source", pa.string()), ("record_id", pa.string())])
+_HEAVY_SCHEMA = _HEAVY_SCHEMA.append(pa.field(HEAVY_COLUMNS[0], pa.string()))
+PARALLEL_MIN_BYTES = 16 * 2**20  # record files to load before worker processes pay off (~800 records)
+MAX_WORKERS = 16
 _DETAIL_FIELDS = ("curve", "config", "provenance")
 COMMITTED_INDEX = ("leaderboard-index.parquet", "leaderboard-index.json")  # in a records folder
 
@@ -82,14 +99,22 @@ class Index:
     rebuilt: list[str] = field(default_factory=list)
 
     def heavy(self, rows: pd.DataFrame, columns: Iterable[str] = HEAVY_COLUMNS) -> pd.DataFrame:
-        """``rows`` with the heavy columns (``timing_inputs``) read from the file for their record ids."""
+        """``rows`` with the heavy columns (``timing_inputs``) read from :data:`HEAVY_FILE` for
+        their record ids (``""`` where a row has none)."""
         cols = [c for c in columns if c not in rows]
         if not cols or rows.empty:
             return rows
         ids = list(rows["record_id"].unique())
-        table = pq.read_table(self.path, columns=["source", "record_id", *cols], filters=[("record_id", "in", ids)])
-        extra = table.to_pandas().drop_duplicates(["source", "record_id"])
-        return rows.merge(extra, on=["source", "record_id"], how="left")
+        path = self.path.with_name(HEAVY_FILE)
+        if path.exists():
+            table = pq.read_table(path, columns=["source", "record_id", *cols], filters=[("record_id", "in", ids)])
+            extra = table.to_pandas().drop_duplicates(["source", "record_id"])
+        else:
+            extra = pd.DataFrame(columns=["source", "record_id", *cols])
+        out = rows.merge(extra, on=["source", "record_id"], how="left")
+        for c in cols:
+            out[c] = out[c].fillna("")
+        return out
 
 
 def default_index_dir(stores: list[str], records_dirs: list[str]) -> Path:
@@ -132,6 +157,84 @@ def _load_source(kind: str, path: str, sig: list[Any]) -> tuple[pd.DataFrame, li
     frame = to_frame(records, details=False)
     frame["source"] = path
     return frame, problems
+
+
+def _workers(todo: list[tuple[str, str, list[Any]]]) -> int:
+    """Processes to load ``todo`` with: ``MPCBENCH_INDEX_WORKERS`` if set, else one per usable CPU
+    (at most one per source and :data:`MAX_WORKERS`) once its files pass :data:`PARALLEL_MIN_BYTES`."""
+    env = os.environ.get("MPCBENCH_INDEX_WORKERS", "").strip()
+    if env:
+        try:
+            return max(1, min(int(env), len(todo), MAX_WORKERS))
+        except ValueError:
+            raise ValueError(f"MPCBENCH_INDEX_WORKERS must be a number of processes, got {env!r}") from None
+    size = 0
+    for kind, _path, sig in todo:
+        stats = sig if kind == "entry" else sig[:1]  # an entry: [[name, mtime, size], ...]; a store: [[...], entry]
+        size += sum(s[2] or 0 for s in stats if isinstance(s, list) and len(s) == 3)
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, len(todo), MAX_WORKERS)) if size >= PARALLEL_MIN_BYTES else 1
+
+
+def _load_sources(todo: list[tuple[str, str, list[Any]]]) -> Iterator[tuple[pd.DataFrame, list[Problem]]]:
+    """:func:`_load_source` of each of ``todo``, in its order: in worker processes when it pays
+    (:func:`_workers`), else here. A pool that cannot start or breaks leaves the rest to this process."""
+    workers = _workers(todo)
+    done = 0
+    if workers > 1:
+        import multiprocessing
+
+        try:
+            # spawn: the page calls this from a thread of a server, where fork is not safe
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                for got in pool.map(_load_source, *zip(*todo)):
+                    yield got
+                    done += 1
+        except (OSError, RuntimeError) as e:  # no processes here (a sandbox), or a worker died (BrokenProcessPool)
+            import warnings
+
+            warnings.warn(f"index build in worker processes failed ({type(e).__name__}: {e}); loading here instead")
+    for kind, path, sig in todo[done:]:
+        yield _load_source(kind, path, sig)
+
+
+class _HeavyWriter:
+    """:data:`HEAVY_FILE` written part by part (the rows' heavy columns, never all in memory)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        os.close(fd)
+        self.tmp = tmp
+        self.writer = pq.ParquetWriter(tmp, _HEAVY_SCHEMA)
+
+    def add(self, frame: pd.DataFrame) -> None:
+        if len(frame) and HEAVY_COLUMNS[0] in frame:
+            cols = {n: frame[n].fillna("").astype(str).tolist() for n in _HEAVY_SCHEMA.names}
+            self.writer.write_table(pa.Table.from_pydict(cols, schema=_HEAVY_SCHEMA))
+
+    def copy(self, old: Path, keys: list[str]) -> None:
+        """The rows of ``old`` (a previous :data:`HEAVY_FILE`) whose source is one of ``keys``, batch by batch."""
+        if not keys or not old.exists():
+            return
+        try:
+            data = pads.dataset(old, format="parquet", schema=_HEAVY_SCHEMA)
+            for batch in data.to_batches(filter=pads.field("_key").isin(keys)):
+                self.writer.write_table(pa.Table.from_batches([batch], schema=_HEAVY_SCHEMA))
+        except (OSError, pa.ArrowException):  # an unreadable old file: those rows re-model from nothing
+            pass
+
+    def close(self) -> None:
+        self.writer.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        self.writer.close()
+        if os.path.exists(self.tmp):
+            os.unlink(self.tmp)
 
 
 def _drop_copies(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[Problem]]:
@@ -349,16 +452,27 @@ def load_index(
             parts.append(kept)
         new_meta = {k: old[k] for k in keep}
         prebuilt = _Committed()
-        for key, kind, src, sig in changed:
-            got = prebuilt.rows(Path(src)) if kind == "entry" and committed else None
-            frame, problems = got if got is not None else _load_source(kind, src, sig)
-            frame["_key"] = key
-            parts.append(frame)
-            new_meta[key] = {"sig": sig, "problems": [[p.path, p.reason] for p in problems]}
+        ready = [prebuilt.rows(Path(src)) if kind == "entry" and committed else None for _, kind, src, _ in changed]
+        loaded = _load_sources([c[1:] for c, got in zip(changed, ready) if got is None])
+        heavy = _HeavyWriter(folder / HEAVY_FILE)
+        try:
+            heavy.copy(folder / HEAVY_FILE, keep)
+            for (key, _kind, _src, sig), got in zip(changed, ready):
+                frame, problems = got if got is not None else next(loaded)
+                frame["_key"] = key
+                heavy.add(frame)  # written now; the rows kept in memory are the light ones
+                parts.append(frame.drop(columns=[c for c in HEAVY_COLUMNS if c in frame]))
+                new_meta[key] = {"sig": sig, "problems": [[p.path, p.reason] for p in problems]}
+        except BaseException:
+            heavy.abort()
+            raise
+        heavy.close()
         parts = [p for p in parts if len(p)]
         table = pd.concat(parts, ignore_index=True) if parts else to_frame([], details=False).assign(source="", _key="")
+        del parts
         table = _typed(table)
         _write_atomic(path, lambda tmp: pq.write_table(pa.Table.from_pandas(table, preserve_index=False), tmp))
+        del table
         manifest = {"versions": _versions(), "sources": {k: new_meta[k] for k in keys}}
         _write_atomic(manifest_path, lambda tmp: Path(tmp).write_text(json.dumps(manifest)))
     schema = pq.read_schema(path)
@@ -393,8 +507,7 @@ def _scan(files: list[Path], ids: set[str]) -> dict[str, dict[str, Any]]:
             if len(line) > submissions.MAX_LINE_BYTES or not any(n in line for n in needles):
                 continue
             try:
-                rec = json.loads(line)
-                validate_record(rec)
+                rec = load_record(line)
             except (ValueError, RecordError, RecursionError):
                 continue
             if rec.get("record_id") in ids and rec["record_id"] not in found:
