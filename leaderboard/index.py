@@ -20,11 +20,11 @@ JSON string of several KB per record, read only for re-modeling at a link) is ke
 ``heavy.parquet`` there and written source by source as it is built, so building the index of
 100,000 records never holds all of them in memory (:meth:`Index.heavy` reads it back).
 
-**Building it in parallel.** Sources to load are shared out to worker processes
-(``concurrent.futures.ProcessPoolExecutor``, the ``spawn`` start method: the page runs in a
-threaded server) when there is enough to load (:data:`PARALLEL_MIN_BYTES` of record files) and
-more than one CPU; results come back in the sources' order, so the rows and problems are those
-of the serial build. ``MPCBENCH_INDEX_WORKERS`` sets the number of processes (``1``: serial).
+**Building it in parallel.** Sources to load are shared out to worker processes (fresh
+interpreters, :func:`_load_sources`) when there is enough to load (:data:`PARALLEL_MIN_BYTES`
+of record files) and more than one CPU; results come back in the sources' order, so the rows
+and problems are those of the serial build. ``MPCBENCH_INDEX_WORKERS`` sets the number of
+processes (``1``: serial).
 
 **The committed index**. Loading a records folder the first time costs seconds per
 record where records must be re-modeled (written by an older network model), so the rows of
@@ -47,7 +47,6 @@ import hashlib
 import json
 import os
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -168,37 +167,98 @@ def _workers(todo: list[tuple[str, str, list[Any]]]) -> int:
             return max(1, min(int(env), len(todo), MAX_WORKERS))
         except ValueError:
             raise ValueError(f"MPCBENCH_INDEX_WORKERS must be a number of processes, got {env!r}") from None
-    size = 0
-    for kind, _path, sig in todo:
-        stats = sig if kind == "entry" else sig[:1]  # an entry: [[name, mtime, size], ...]; a store: [[...], entry]
-        size += sum(s[2] or 0 for s in stats if isinstance(s, list) and len(s) == 3)
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cpus = os.cpu_count() or 1
+    size = sum(_task_bytes(t) for t in todo)
     return max(1, min(cpus, len(todo), MAX_WORKERS)) if size >= PARALLEL_MIN_BYTES else 1
+
+
+_WORKER = (
+    "import pickle, sys; path, tasks = pickle.load(sys.stdin.buffer); sys.path[:0] = path; "
+    "from leaderboard.index import _serve; _serve(tasks)"
+)
+
+
+def _serve(tasks: list[tuple[str, str, list[Any]]]) -> None:
+    """A worker process: :func:`_load_source` of each task, in order, pickled to stdout
+    (``None`` where it raised: the parent then loads that source itself and meets the error there)."""
+    import pickle
+    import sys
+
+    out, sys.stdout = sys.stdout.buffer, sys.stderr  # a print anywhere must not corrupt the stream
+    for task in tasks:
+        try:
+            got: Any = _load_source(*task)
+        except Exception:  # noqa: BLE001 - the parent repeats it and raises it where the serial build would
+            got = None
+        pickle.dump(got, out, protocol=pickle.HIGHEST_PROTOCOL)
+        out.flush()
 
 
 def _load_sources(todo: list[tuple[str, str, list[Any]]]) -> Iterator[tuple[pd.DataFrame, list[Problem]]]:
     """:func:`_load_source` of each of ``todo``, in its order: in worker processes when it pays
-    (:func:`_workers`), else here. A pool that cannot start or breaks leaves the rest to this process."""
+    (:func:`_workers`), else here; the same results either way.
+
+    Workers are fresh interpreters (``sys.executable -c``: no fork of a threaded server, no
+    re-import of the caller's main module), each given its share of the sources up front
+    (balanced by bytes, each share in order); this process reads the results in the sources'
+    order, one at a time, so a worker waits (its pipe full) rather than piling results up here.
+    A worker that cannot start or dies leaves the rest to this process."""
+    import pickle
+    import subprocess
+    import sys
+
     workers = _workers(todo)
-    done = 0
-    if workers > 1:
-        import multiprocessing
-
+    procs: list[subprocess.Popen] = []
+    if workers > 1 and sys.executable:
+        shares: list[list[tuple[str, str, list[Any]]]] = [[] for _ in range(workers)]
+        load = [0] * workers
+        owner = []
+        for task in todo:
+            w = load.index(min(load))
+            shares[w].append(task)
+            owner.append(w)
+            load[w] += max(_task_bytes(task), 1)
         try:
-            # spawn: the page calls this from a thread of a server, where fork is not safe
-            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-                for got in pool.map(_load_source, *zip(*todo)):
-                    yield got
-                    done += 1
-        except (OSError, RuntimeError) as e:  # no processes here (a sandbox), or a worker died (BrokenProcessPool)
-            import warnings
+            for share in shares:
+                p = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                procs.append(p)
+                assert p.stdin is not None
+                pickle.dump(([x for x in sys.path if x], share), p.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+                p.stdin.close()
+        except OSError:  # no processes here (a sandbox, a limit): this process loads everything
+            _stop(procs)
+            procs = []
+    try:
+        for i, task in enumerate(todo):
+            got = None
+            if procs:
+                try:
+                    got = pickle.load(procs[owner[i]].stdout)  # type: ignore[arg-type]
+                except Exception:  # noqa: BLE001 - a worker died (killed, out of memory): the rest is done here
+                    _stop(procs)
+                    procs = []
+            yield got if got is not None else _load_source(*task)
+    finally:
+        _stop(procs)
 
-            warnings.warn(f"index build in worker processes failed ({type(e).__name__}: {e}); loading here instead")
-    for kind, path, sig in todo[done:]:
-        yield _load_source(kind, path, sig)
+
+def _task_bytes(task: tuple[str, str, list[Any]]) -> int:
+    """Bytes of a source's files, from its signature (an entry: [[name, mtime, size], ...]; a store: [[...], entry])."""
+    kind, _path, sig = task
+    stats = sig if kind == "entry" else sig[:1]
+    return sum(s[2] or 0 for s in stats if isinstance(s, list) and len(s) == 3 and isinstance(s[2], int))
+
+
+def _stop(procs: list) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        if p.stdout is not None:
+            p.stdout.close()
 
 
 class _HeavyWriter:

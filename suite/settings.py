@@ -124,6 +124,12 @@ SETTINGS: tuple[Setting, ...] = (
         "MPCBENCH_RECORDS", "", "records folders the leaderboard app reads (os.pathsep-separated)", "leaderboard/app.py"
     ),
     Setting(
+        "MPCBENCH_INDEX_WORKERS",
+        "",
+        "processes that build the leaderboard index (`1`: in the page's own; unset: one per CPU once there is enough to load)",
+        "leaderboard/index.py",
+    ),
+    Setting(
         "MPCBENCH_CHROMIUM",
         "",
         "the browser of the leaderboard screenshot and browser test",

@@ -20,6 +20,7 @@ from typing import Any
 
 from .records import validate_record
 
+_orjson: Any
 try:  # optional: `pip install mpcbench[leaderboard]`
     import orjson as _orjson
 except ImportError:  # pragma: no cover - exercised by the tests with the module hidden

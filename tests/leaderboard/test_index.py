@@ -94,3 +94,72 @@ def test_a_cached_index_built_by_other_row_code_is_rebuilt_whole(tmp_path, lb, m
     assert load_index([], [str(root)], index_dir=tmp_path / "ix", committed=False).rebuilt == []
     monkeypatch.setattr(index, "_code_hash", lambda: "other-row-code")
     assert len(load_index([], [str(root)], index_dir=tmp_path / "ix", committed=False).rebuilt) == 1
+
+
+def _board_with_problems(root, lb):
+    """Entries of good records, a bad line among them, a broken entry, and a store: every kind of row and problem."""
+    lb.make_records_dir(root / "records")
+    a = _entry(root / "records", lb, "entry-a", lb.make_records(tasks=("cifar10",)))
+    with (a / "results.jsonl").open("a") as f:
+        f.write('{"schema": "mpcbench.record/1", "seed": NaN}\n' + json.dumps({"not": "a record"}) + "\n")
+    _entry(root / "records", lb, "entry-b", lb.make_records(tasks=("shakespeare",)))
+    store = lb.write_jsonl(root / "store.jsonl", lb.make_records(tasks=("sst2",), compressors=("none", "fp16")))
+    return [str(store)], [str(root / "records")]
+
+
+def test_worker_processes_build_the_index_the_serial_build_builds(tmp_path, lb, monkeypatch):
+    """Issue 28: sources loaded in worker processes give the same rows, problems and heavy
+    column, in the same order, as loading them here one after another."""
+    import leaderboard.index as index
+
+    stores, dirs = _board_with_problems(tmp_path, lb)
+    monkeypatch.setenv("MPCBENCH_INDEX_WORKERS", "1")
+    serial = load_index(stores, dirs, index_dir=tmp_path / "serial")
+    monkeypatch.setenv("MPCBENCH_INDEX_WORKERS", "3")
+    with monkeypatch.context() as m:  # here nothing may be loaded: the rows must come from the workers
+        m.setattr(index, "_load_source", lambda *a: (_ for _ in ()).throw(AssertionError(f"loaded here: {a}")))
+        parallel = load_index(stores, dirs, index_dir=tmp_path / "parallel")
+    pd.testing.assert_frame_equal(parallel.frame, serial.frame)
+    assert parallel.problems == serial.problems and len(serial.problems) >= 4
+    assert parallel.rebuilt == serial.rebuilt and len(serial.rebuilt) == 7
+    pd.testing.assert_frame_equal(parallel.heavy(parallel.frame), serial.heavy(serial.frame))
+    assert all(json.loads(t)["microbatches"] == 4 for t in parallel.heavy(parallel.frame).timing_inputs if t)
+
+
+def test_a_worker_that_dies_leaves_its_sources_to_this_process(tmp_path, lb, monkeypatch):
+    import leaderboard.index as index
+
+    stores, dirs = _board_with_problems(tmp_path, lb)
+    monkeypatch.setenv("MPCBENCH_INDEX_WORKERS", "1")
+    serial = load_index(stores, dirs, index_dir=tmp_path / "serial")
+    monkeypatch.setenv("MPCBENCH_INDEX_WORKERS", "2")
+    monkeypatch.setattr(index, "_WORKER", "import sys; sys.exit(3)")
+    rescued = load_index(stores, dirs, index_dir=tmp_path / "rescued")
+    pd.testing.assert_frame_equal(rescued.frame, serial.frame)
+    assert rescued.problems == serial.problems
+
+
+def test_the_heavy_column_is_kept_apart_and_follows_incremental_rebuilds(tmp_path, lb):
+    import pyarrow.parquet as pq
+
+    from leaderboard.index import HEAVY_FILE
+
+    root = tmp_path / "records"
+    a = _entry(root, lb, "entry-a", lb.make_records(tasks=("cifar10",)))
+    _entry(root, lb, "entry-b", lb.make_records(tasks=("shakespeare",)))
+    ix = load_index([], [str(root)], index_dir=tmp_path / "ix")
+    assert "timing_inputs" not in pq.read_schema(ix.path).names  # the light file holds no heavy column
+    before = ix.heavy(ix.frame)
+    assert (before.timing_inputs.str.len() > 100).all()
+    with (a / "results.jsonl").open("a") as f:
+        f.write(json.dumps(dict(lb.make_record("cifar10", "none", 7), record_id="entr" + "9" * 28)) + "\n")
+    os.utime(a / "results.jsonl", ns=(1, 2))
+    ix2 = load_index([], [str(root)], index_dir=tmp_path / "ix")
+    assert ix2.rebuilt == [str(a)]
+    after = ix2.heavy(ix2.frame)
+    assert pq.read_metadata(tmp_path / "ix" / HEAVY_FILE).num_rows == len(ix2.frame) == len(ix.frame) + 1
+    kept = after[after.record_id.isin(before.record_id)].set_index(["source", "record_id"]).timing_inputs
+    pd.testing.assert_series_equal(
+        kept.sort_index(), before.set_index(["source", "record_id"]).timing_inputs.sort_index()
+    )
+    assert (after.timing_inputs.str.len() > 100).all()

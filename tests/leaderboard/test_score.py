@@ -56,6 +56,10 @@ def test_scores_curves_and_pairs_on_a_known_store():
     assert list(r.table["compressor"]) == ["A", "B", "C"]
     curve = r.curves[r.curves["row"] == "e / B"].set_index("tau")["fraction"]
     assert curve.loc[1.0] == 0.75 and curve.loc[2.0] == 1.0
+    c = r.curves[r.curves["row"] == "e / C"].set_index("tau")["fraction"]  # ratios inf, 4, 1, 1
+    assert c.loc[1.0] == 0.5 and c.loc[3.99] == 0.5 and c.loc[4.0] == 0.75
+    a = r.curves[r.curves["row"] == "e / A"]
+    assert len(a) == 301 and (a["fraction"] == 1.0).all() and list(r.curves.columns) == ["row", "tau", "fraction"]
     # C's unreached seed makes its score move under resampling; a draw without it makes C (5 s) the
     # best on (a, fast), so A's ratio there moves to 2 as well, yet A stays first in every draw
     sd = dict(zip(r.table["compressor"], r.table["score_sd"]))
@@ -68,3 +72,65 @@ def test_resampling_is_reproducible():
     one = benchmark_score(_agg(times), resamples=50, seed=3).table
     two = benchmark_score(_agg(times), resamples=50, seed=3).table
     pd.testing.assert_frame_equal(one, two)
+
+
+def _reference_bootstrap(seed_times, pairs, resamples, seed):
+    """The bootstrap as first written (one ``randrange`` per draw, one ``_row_time`` per row and pair):
+    the reference the vectorized :func:`leaderboard.score._bootstrap` must equal number for number."""
+    import random
+
+    import numpy as np
+
+    from leaderboard.score import _ratios, _row_time
+
+    rng = random.Random(seed)
+    boot = np.zeros((resamples, len(seed_times)))
+    for b in range(resamples):
+        t_b = np.empty((len(seed_times), len(pairs)))
+        for i, row in enumerate(seed_times):
+            draws: dict[str, list[int]] = {}
+            for j, ((task, _p), st) in enumerate(zip(pairs, row)):
+                seeds = sorted(st)
+                if task not in draws:
+                    draws[task] = [rng.randrange(len(seeds)) for _ in seeds] if seeds else []
+                idx = draws[task]
+                t_b[i, j] = _row_time({n: st[seeds[x]] for n, x in enumerate(idx)}) if seeds else INF
+        boot[b] = [profile_score(list(r)) for r in _ratios(t_b)]
+    return boot
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_the_vectorized_bootstrap_equals_the_one_draw_at_a_time_reference(seed):
+    import random
+
+    import numpy as np
+
+    from leaderboard.score import _bootstrap
+
+    rnd = random.Random(100 + seed)
+    pairs = [(t, p) for t in ("a", "b", "c") for p in ("fast", "slow")]
+    seed_times = []
+    for _row in range(9):
+        row = []
+        for _task in ("a", "b", "c"):
+            n = rnd.choice([0, 1, 2, 3, 5, 8, 17])  # 0: the row has no seeds on this task
+            seeds = rnd.sample(range(40), n)
+            for _p in ("fast", "slow"):
+                st = {s: rnd.choice([rnd.uniform(1, 100), rnd.uniform(1, 100), INF, math.nan]) for s in seeds}
+                row.append(st)
+        seed_times.append(row)
+    seed_times[0][1] = {}  # a pair without seeds after one with seeds
+    got = _bootstrap(seed_times, pairs, 40, seed)
+    want = _reference_bootstrap(seed_times, pairs, 40, seed)
+    np.testing.assert_array_equal(got, want)  # the same draws and the same additions: equal, not close
+
+
+def test_the_draw_stream_is_randrange():
+    import random
+
+    from leaderboard.score import _randrange_stream
+
+    bounds = [1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 31, 32, 33, 1000, 2**31 - 1, 2**31, 2**32 - 1]
+    rng, ref = random.Random(5), random.Random(5)
+    got = _randrange_stream(rng, bounds, 300)
+    assert got.tolist() == [[ref.randrange(n) for n in bounds] for _ in range(300)]
