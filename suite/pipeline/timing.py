@@ -59,10 +59,14 @@ class Clock:
         self._event_factory = event_factory
         self._device = device
         self._stack: list[_Section] = []  # open sections, innermost last
-        self._closed: list[_Section] = []  # this step's closed sections, resolved in snapshot()
+        self._closed: list[_Section] = []  # this step's closed sections
+        # finished steps not yet turned into rows: (closed sections, wall seconds). On the host
+        # clock they are resolved when the rows are first read (after training: the per-step
+        # bookkeeping is not part of a step); events mode resolves each step in snapshot()
+        self._unresolved: list[tuple[list[_Section], float]] = []
         self._free: list[Any] = []  # events mode: resolved events, reused
         self.current: dict[str, float] = defaultdict(float)
-        self.steps: list[dict[str, float]] = []  # one dict per finished step
+        self._steps: list[dict[str, float]] = []  # one dict per finished step
         self.counts: dict[str, int] = defaultdict(int)
         # per schedule action (the network model's inputs): the action being run ("F3"), set by
         # the stage; per step, action -> [pre, compute, post] exclusive seconds, where "pre" is
@@ -70,27 +74,33 @@ class Clock:
         # the compression and send-side transport work after it; receive waits are left out.
         self.action: str | None = None
         self.current_actions: dict[str, list[float]] = {}
-        self.action_steps: list[dict[str, list[float]]] = []
+        self._action_steps: list[dict[str, list[float]]] = []
         # the same per action in this thread's CPU seconds (CPU device only; empty otherwise)
         self.cpu_clock = not cuda and event_factory is None
         self.current_cpu_actions: dict[str, list[float]] = {}
-        self.cpu_action_steps: list[dict[str, list[float]]] = []
+        self._cpu_action_steps: list[dict[str, list[float]]] = []
         self.current_cpu: dict[str, float] = defaultdict(float)  # per section, thread CPU seconds
         self._cpu_mark = (0.0, -math.inf)  # the last thread CPU reading and the host time it was taken at
         if event_factory is None and not self._sync_device:
             self._stamp = time.perf_counter  # the common CPU case: no Python frame per stamp
 
-    def _cpu_at(self, wall: float) -> float:
-        """This thread's CPU seconds at host time ``wall``. Reading them is a system call, so a
-        reading less than ``CPU_REUSE_S`` of wall time old is extended by the wall time since,
-        as if the thread ran throughout: at most that much error per section (what the reads
-        cost: docs/performance.md, ``--clock wall`` of benchmarks/test_pipeline_vs_torch.py)."""
-        cpu, at = self._cpu_mark
-        if wall - at < CPU_REUSE_S:
-            return cpu + (wall - at)
-        cpu = time.thread_time()
-        self._cpu_mark = (cpu, wall)
-        return cpu
+    @property
+    def steps(self) -> list[dict[str, float]]:
+        """Per finished step: exclusive seconds per section (``*_cpu``: thread CPU) and ``step``."""
+        self._resolve_steps()
+        return self._steps
+
+    @property
+    def action_steps(self) -> list[dict[str, list[float]]]:
+        """Per finished step: action -> [pre, compute, post] exclusive seconds."""
+        self._resolve_steps()
+        return self._action_steps
+
+    @property
+    def cpu_action_steps(self) -> list[dict[str, list[float]]]:
+        """The same in thread CPU seconds (CPU device only; empty otherwise)."""
+        self._resolve_steps()
+        return self._cpu_action_steps
 
     @property
     def uses_events(self) -> bool:
@@ -109,13 +119,14 @@ class Clock:
 
     def section(self, name: str) -> _Section:
         """``with clock.section("compress"): ...`` charges the block to ``name``."""
-        return _Section(self, name)
+        sec = _new_section(_Section)  # no Python __init__ frame: sections open per message
+        sec.clock, sec.name = self, name
+        return sec
 
-    def _resolve(self) -> None:
-        """Turn this step's closed sections into exclusive seconds (events: one sync)."""
-        if not self._closed:
+    def _resolve(self, closed: list[_Section]) -> None:
+        """Turn one step's closed sections into exclusive seconds (events: one sync)."""
+        if not closed:
             return
-        closed, self._closed = self._closed, []
         if self._event_factory is not None:
             closed[-1].end.synchronize()  # events complete in stream order: the last one covers all
             spans = [sec.start.elapsed_time(sec.end) / 1000.0 for sec in closed]
@@ -169,22 +180,32 @@ class Clock:
                     if slot is not None:
                         row[slot] += own
 
-    def snapshot(self, wall_s: float) -> dict[str, float]:
-        """Close the current step: store its per-section seconds and its wall time."""
-        self._resolve()
+    def snapshot(self, wall_s: float) -> None:
+        """Close the current step (its rows appear in :attr:`steps` and the action lists)."""
+        self._unresolved.append((self._closed, wall_s))
+        self._closed = []
+        if self._event_factory is not None:  # one sync per step; the events are reused
+            self._resolve_steps()
+
+    def _resolve_steps(self) -> None:
+        pending, self._unresolved = self._unresolved, []
+        for closed, wall_s in pending:
+            self._resolve(closed)
+            self._store_step(wall_s)
+
+    def _store_step(self, wall_s: float) -> None:
         row = {k: float(self.current.get(k, 0.0)) for k in SECTIONS}
         row["step"] = float(wall_s)
         if self.cpu_clock:
             row.update({f"{k}_cpu": float(self.current_cpu.get(k, 0.0)) for k in SECTIONS})
             self.current_cpu = defaultdict(float)
-        self.steps.append(row)
+        self._steps.append(row)
         self.current = defaultdict(float)
-        self.action_steps.append(self.current_actions)
+        self._action_steps.append(self.current_actions)
         self.current_actions = {}
         if self.cpu_clock:
-            self.cpu_action_steps.append(self.current_cpu_actions)
+            self._cpu_action_steps.append(self.current_cpu_actions)
             self.current_cpu_actions = {}
-        return row
 
     def discard(self) -> None:
         """Drop what was timed since the last snapshot (evaluation)."""
@@ -202,24 +223,45 @@ class _Section:
     seconds or CUDA events (``cpu_start``/``cpu_end``: thread CPU seconds, CPU device only)."""
 
     __slots__ = ("clock", "name", "start", "end", "parent", "action", "cpu_start", "cpu_end")
-
-    def __init__(self, clock: Clock, name: str) -> None:
-        self.clock, self.name = clock, name
+    clock: Clock
+    name: str
+    start: Any
+    end: Any
+    parent: _Section | None
+    action: str | None
+    cpu_start: float
+    cpu_end: float
 
     def __enter__(self) -> None:
         c = self.clock
         self.parent = c._stack[-1] if c._stack else None
         self.action = c.action
         c._stack.append(self)
-        self.start = c._stamp()
+        self.start = wall = c._stamp()
+        # this thread's CPU seconds: reading them is a system call, so a reading less than
+        # CPU_REUSE_S of wall time old is extended by the wall time since, as if the thread ran
+        # throughout (at most that much error per section; inlined: no Python frame per read)
         if c.cpu_clock:
-            self.cpu_start = c._cpu_at(self.start)
+            cpu, at = c._cpu_mark
+            if wall - at < CPU_REUSE_S:
+                self.cpu_start = cpu + (wall - at)
+            else:
+                self.cpu_start = cpu = time.thread_time()
+                c._cpu_mark = (cpu, wall)
 
     def __exit__(self, *exc: object) -> None:
         c = self.clock
-        self.end = c._stamp()
-        if c.cpu_clock:
-            self.cpu_end = c._cpu_at(self.end)
+        self.end = wall = c._stamp()
+        if c.cpu_clock:  # as in __enter__
+            cpu, at = c._cpu_mark
+            if wall - at < CPU_REUSE_S:
+                self.cpu_end = cpu + (wall - at)
+            else:
+                self.cpu_end = cpu = time.thread_time()
+                c._cpu_mark = (cpu, wall)
         c._stack.pop()
         c._closed.append(self)
         c.counts[self.name] += 1
+
+
+_new_section = object.__new__

@@ -24,9 +24,14 @@ The wire bytes of a message are exactly the sizes of the tensors handed to the b
 transport records them, and the number of messages (``torch.distributed`` sends), in the
 :class:`~suite.pipeline.accounting.ByteMeter` at the moment it hands them over.
 
-:class:`DistTransport` uses ``torch.distributed.isend`` / ``recv`` (gloo on CPU, NCCL on
-GPU): sends are asynchronous (kept alive until :meth:`flush`) and receives block with the
-process group's timeout, so a dead or stalled peer becomes an error, not a hang.
+:class:`DistTransport` sends and receives on the default ``torch.distributed`` process group
+(gloo on CPU, NCCL on GPU): sends are asynchronous (kept alive until :meth:`flush`) and
+receives block with the process group's timeout, so a dead or stalled peer becomes an error,
+not a hang. It calls the group's ``send`` / ``recv`` itself, which is what ``dist.isend`` /
+``dist.recv`` call after checking their arguments again: the transport has checked them, and
+the ten Python calls of those wrappers per message were a measured share of the per-message
+overhead (docs/performance.md, issue 28, third round). Complex tensors go as
+``view_as_real``, as in ``dist.isend``.
 :class:`LocalTransport` connects stages of one process: it hands over private copies of
 the payload tensors and counts exactly the bytes and messages :class:`DistTransport` would.
 """
@@ -112,6 +117,8 @@ Layout = tuple  # (orig shape, orig dtype, ((dtype, shape), ...) of the payload'
 
 def layout_of(payload: Payload, shape: Sequence[int], dtype: torch.dtype) -> Layout:
     """What a receiver must know to receive ``payload`` without a header."""
+    if len(payload) == 1:  # the common case, without a generator's frame
+        return (tuple(shape), dtype, ((payload[0].dtype, tuple(payload[0].shape)),))
     return (tuple(shape), dtype, tuple((t.dtype, tuple(t.shape)) for t in payload))
 
 
@@ -221,11 +228,11 @@ class Transport:
         ``fanout``: further peers that get the same payload (the other tensor-parallel ranks of
         the next stage), each one message counted as sent; a transport that simulates only
         ``dst`` (``LocalTransport``) counts them without delivering. Returns the wire bytes."""
-        if not isinstance(payload, tuple) or not all(isinstance(t, Tensor) for t in payload):
+        if not isinstance(payload, tuple):
             raise TransportError(f"a payload must be a tuple of tensors, got {type(payload).__name__}")
-        for i, t in enumerate(payload):
-            if why := not_plain_tensor(t):
-                raise TransportError(f"{key}: payload tensor {i} {why}")
+        for t in payload:  # one loop, no call per tensor on the way of every message
+            if type(t) is not Tensor or t.__dict__:
+                self._refuse(payload, key)
         layout = layout_of(payload, shape, dtype) if stream is not None else None
         wire = messages = 0
         for i, peer in enumerate((dst, *fanout)):
@@ -234,6 +241,15 @@ class Transport:
         raw = math.prod(shape) * dtype.itemsize if raw_nbytes is None else raw_nbytes
         self.meter.record(key, raw * (1 + len(fanout)), wire, messages)
         return wire
+
+    @staticmethod
+    def _refuse(payload: tuple, key: str) -> None:
+        """Raise the error for a payload that is not a tuple of plain tensors."""
+        if not all(isinstance(t, Tensor) for t in payload):
+            raise TransportError(f"a payload must be a tuple of tensors, got {type(payload).__name__}")
+        for i, t in enumerate(payload):
+            if why := not_plain_tensor(t):
+                raise TransportError(f"{key}: payload tensor {i} {why}")
 
     def _send_one(
         self,
@@ -360,6 +376,19 @@ class DistTransport(Transport):
         self.rank = rank
         self.max_pending = max_pending
         self._pending: collections.deque[tuple[dist.Work, Tensor]] = collections.deque()
+        self._group: dist.ProcessGroup | None = None
+
+    @property
+    def group(self) -> dist.ProcessGroup:
+        """The default process group (global ranks are its ranks), resolved on first use."""
+        if self._group is None:
+            group = dist.group.WORLD
+            if not isinstance(group, dist.ProcessGroup):
+                raise TransportError(
+                    f"rank {self.rank}: torch.distributed is not initialized (no default process group)"
+                )
+            self._group = group
+        return self._group
 
     def _deliver(self, payload: Payload, dst: int, shape: Sequence[int], dtype: torch.dtype) -> int:
         buf = frame(payload, shape, dtype, self.device)
@@ -370,14 +399,16 @@ class DistTransport(Transport):
     def _send_tensors(self, dst: int, tensors: tuple[Tensor, ...]) -> None:
         for t in tensors:
             try:
-                work = dist.isend(t, dst)
+                work = self.group.send([torch.view_as_real(t) if t.is_complex() else t], dst, 0)
             except Exception as e:
                 raise TransportError(f"rank {self.rank}: sending to rank {dst} failed: {_first_line(e)}") from e
             self._pending.append((work, t))  # the tensor must stay alive until the send completes
 
     def _deliver_body(self, payload: Payload, dst: int) -> int:
         if len(payload) == 1:  # one tensor: sent as it is (contiguous), no frame buffer
-            t = payload[0].detach()
+            t = payload[0]
+            if t.requires_grad:
+                t = t.detach()
             body = t if t.is_contiguous() else t.contiguous()
         else:
             body = torch.cat([t.detach().reshape(-1).view(torch.uint8) for t in payload])
@@ -390,10 +421,10 @@ class DistTransport(Transport):
             if len(metas) == 1:
                 dt, shp = metas[0]
                 out = torch.empty(shp, dtype=dt, device=self.device)
-                dist.recv(out, src)
+                self.group.recv([out], src, 0).wait()
                 return (out,)
             buf = torch.empty(_layout_nbytes(layout), dtype=torch.uint8, device=self.device)
-            dist.recv(buf, src)
+            self.group.recv([buf], src, 0).wait()
         except Exception as e:
             raise TransportError(
                 f"rank {self.rank}: receiving from rank {src} failed (peer died or stalled?): {_first_line(e)}"
@@ -411,9 +442,9 @@ class DistTransport(Transport):
     def _receive_framed(self, src: int) -> tuple[Payload, torch.Size, torch.dtype]:
         try:
             prefix = torch.empty(1, dtype=torch.int64, device=self.device)
-            dist.recv(prefix, src)
+            self.group.recv([prefix], src, 0).wait()
             buf = torch.empty(int(prefix.item()), dtype=torch.uint8, device=self.device)
-            dist.recv(buf, src)
+            self.group.recv([buf], src, 0).wait()
         except Exception as e:
             raise TransportError(
                 f"rank {self.rank}: receiving from rank {src} failed (peer died or stalled?): {_first_line(e)}"

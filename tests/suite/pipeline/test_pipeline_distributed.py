@@ -59,8 +59,8 @@ def test_two_ranks_gpipe_lossy_and_variable_size_match_one_process(tiny_cell, fi
     assert len(set(multi.wire_bytes_by_step["backward"])) > 1  # payload sizes varied from step to step
     logged = _logged(tmp_path)
     # every byte handed to torch.distributed is accounted for, and nothing else
-    assert logged["rank0"]["isend"] == multi.bytes["forward"].wire + multi.eval_bytes.wire
-    assert logged["rank1"]["isend"] == multi.bytes["backward"].wire
+    assert logged["rank0"]["send"] == multi.bytes["forward"].wire + multi.eval_bytes.wire
+    assert logged["rank1"]["send"] == multi.bytes["backward"].wire
 
 
 def test_four_ranks_1f1b_none_lossy_and_learned_boundaries_match_one_process(tiny_cell):

@@ -71,7 +71,8 @@ def test_host_clock_charges_exclusive_time(monkeypatch):
     clock = Clock(torch.device("cpu"))
     assert not clock.uses_events and clock.cpu_clock
     _nested_step(clock, t)
-    row = clock.snapshot(1.5)
+    clock.snapshot(1.5)
+    row = clock.steps[-1]
     cpu = {f"{k}_cpu": v / 2 for k, v in EXPECTED.items() if k != "step"}
     assert row == pytest.approx({**EXPECTED, **cpu})  # wall and thread CPU seconds, both exclusive
     assert clock.counts == {"compute": 1, "compress": 1, "comm": 1, "optimizer": 1}
@@ -100,7 +101,8 @@ def test_event_clocks_keep_no_cpu_costs():
     clock = Clock(torch.device("cpu"), event_factory=lambda: FakeEvent(t))
     assert not clock.cpu_clock
     _nested_step(clock, t)
-    assert "compute_cpu" not in clock.snapshot(1.5) and clock.cpu_action_steps == []
+    clock.snapshot(1.5)
+    assert "compute_cpu" not in clock.steps[-1] and clock.cpu_action_steps == []
 
 
 def test_event_clock_resolves_once_per_step_with_the_same_split():
@@ -111,7 +113,9 @@ def test_event_clock_resolves_once_per_step_with_the_same_split():
     for _ in range(3):
         _nested_step(clock, t)
         assert not clock.current  # nothing resolved before the step ends: no synchronization
-        assert clock.snapshot(1.5) == pytest.approx(EXPECTED)
+        clock.snapshot(1.5)
+        assert FakeEvent.syncs == len(clock._steps)  # resolved at the step's end, before anyone reads it
+        assert clock.steps[-1] == pytest.approx(EXPECTED)
     assert FakeEvent.syncs == 3  # one per step, not one per section
     assert len(clock._free) == 8  # events are reused after resolution
 
@@ -123,7 +127,8 @@ def test_event_clock_discard_drops_evaluation_sections():
     clock.discard()
     with clock.section("comm"):
         t.now += 2.0
-    assert clock.snapshot(2.0)["comm"] == pytest.approx(2.0)
+    clock.snapshot(2.0)
+    assert clock.steps[-1]["comm"] == pytest.approx(2.0)
 
 
 def test_unknown_clock_mode_is_refused(monkeypatch):
@@ -144,7 +149,8 @@ def test_cuda_event_clock_times_kernels_in_their_section():
             x = x @ x.T / 4096
     with clock.section("comm"):
         pass
-    row = clock.snapshot(0.0)
+    clock.snapshot(0.0)
+    row = clock.steps[-1]
     assert row["compute"] > 10 * row["comm"] > 0
 
 
@@ -191,9 +197,26 @@ def test_a_cpu_reading_under_20_us_old_is_extended_by_the_wall_gap_not_read_agai
     t.now += 1e-3  # 1 ms later: read again
     with clock.section("comm"):
         t.now += 1.0
-    row = clock.snapshot(t.now)
+    clock.snapshot(t.now)
+    row = clock.steps[-1]
     assert len(reads) == 5  # not 6: the compress section's start was not read
     assert row["compute_cpu"] == pytest.approx(0.5) and row["comm_cpu"] == pytest.approx(0.5)
     # compress: from (0.5 + 10 us) to its exit's reading (1.000005 s of wall / 2): the gap ran at full speed
     assert row["compress_cpu"] == pytest.approx((1.0 + 10e-6 + 1.0) / 2 - (0.5 + 10e-6))
     assert 10e-6 < timing.CPU_REUSE_S < 1e-3  # the premise of the gaps above
+
+
+def test_the_host_clock_turns_sections_into_rows_when_they_are_read_not_at_each_step(monkeypatch):
+    t = FakeTime()
+    monkeypatch.setattr(timing.time, "perf_counter", t)
+    monkeypatch.setattr(timing.time, "thread_time", HalfTime(t))
+    clock = Clock(torch.device("cpu"))
+    for _ in range(2):
+        _nested_step(clock, t)
+        clock.snapshot(1.5)
+    assert len(clock._unresolved) == 2 and clock._steps == []  # nothing computed inside the steps
+    assert (
+        clock.steps
+        == [pytest.approx({**EXPECTED, **{f"{k}_cpu": v / 2 for k, v in EXPECTED.items() if k != "step"}})] * 2
+    )
+    assert clock._unresolved == [] and len(clock.action_steps) == len(clock.cpu_action_steps) == 2

@@ -27,6 +27,8 @@ _MESSAGES = [
     ("a", lambda i: (torch.full((3, 4), float(i)),)),
     ("a", lambda i: (torch.full((3, 4), float(i)),)),
     ("b", lambda i: (torch.full((5,), float(i), dtype=torch.float16), torch.tensor([i, i], dtype=torch.int8))),
+    ("c", lambda i: (torch.full((3,), complex(i, -i), dtype=torch.complex64),)),  # sent as its real view
+    ("c", lambda i: (torch.full((3,), complex(i, -i), dtype=torch.complex64),)),
 ]
 
 
