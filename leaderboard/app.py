@@ -87,7 +87,8 @@ def _sources(argv: list[str]) -> tuple[list[str], list[str]]:
 def _local_mask(sources: pd.Series, stores: list[str]) -> pd.Series:
     """Rows read from a results store: by resolved path (the index keeps the spelling of its first build)."""
     wanted = {str(Path(s).resolve()) for s in stores}
-    return sources.map(lambda s: str(Path(s).resolve()) in wanted)
+    local = {s: str(Path(s).resolve()) in wanted for s in sources.unique()}  # resolved once per source, not per row
+    return sources.map(local)
 
 
 def _index(stores: tuple[str, ...], records_dirs: tuple[str, ...]):

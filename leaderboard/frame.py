@@ -312,6 +312,10 @@ _BASE_COLUMNS = [
 ]
 
 
+# json.dumps(v, separators=(",", ":")) without building an encoder per call; parsed JSON has no cycles to check
+_COMPACT = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+
+
 def _flatten(
     r: dict[str, Any], details: bool = True, infos: dict[int, tuple[Any, str]] | None = None
 ) -> dict[str, Any]:
@@ -418,7 +422,7 @@ def _flatten(
         verification=_str(info.get("verification")),  # verified / not verified / failed ("" outside records/)
         compressor_label=_spec_label(_dict(r.get("specs_resolved")), compressor),
         eval_samples=_num(run.get("eval_samples")),
-        timing_inputs=json.dumps(timing, separators=(",", ":")) if isinstance(timing, dict) else "",
+        timing_inputs=_COMPACT.encode(timing) if isinstance(timing, dict) else "",
     )
     if details:
         row.update(

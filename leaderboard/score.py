@@ -23,6 +23,7 @@ row ranks first.
 
 from __future__ import annotations
 
+import array
 import itertools
 import math
 import random
@@ -186,10 +187,11 @@ def _bootstrap(seed_times: list[list[dict]], pairs: list[tuple[str, str]], resam
 
 def _randrange_stream(rng: random.Random, bounds: list[int], rounds: int) -> np.ndarray:
     """``[[rng.randrange(n) for n in bounds] for _ in range(rounds)]`` as an array: the same numbers,
-    about 5x faster. ``randrange(n)`` takes ``getrandbits(k)`` (k = n.bit_length() <= 32: the top k
-    bits of the generator's next 32-bit word) until one is below n; here the words come 64 Ki at a
-    time from ``getrandbits`` (least significant word first = first generated) and the same
-    rejection runs over them. A bound above 2**32 (not a number of seeds) takes ``randrange``."""
+    faster (no method call per draw). ``randrange(n)`` takes ``getrandbits(k)`` (k = n.bit_length()
+    <= 32: the top k bits of the generator's next 32-bit word) until one is below n; here the words
+    come 64 Ki at a time from ``getrandbits`` (least significant word first = first generated) and
+    the same rejection runs over them. A bound of 2**32 or more (not a number of seeds) takes
+    ``randrange`` itself. About 0.1 us per draw: 200 resamples of 100,000 seeds take ~2 s."""
     if not bounds:
         return np.zeros((rounds, 0), dtype=np.int64)
     if max(bounds) >= 2**32 or min(bounds) < 1:
@@ -201,7 +203,7 @@ def _randrange_stream(rng: random.Random, bounds: list[int], rounds: int) -> np.
 
     nxt = itertools.chain.from_iterable(chunks()).__next__  # a C loop over the words
     plan = [(32 - n.bit_length(), n) for n in bounds]
-    out: list[int] = []
+    out = array.array("q")
     append = out.append
     for _ in range(rounds):
         for shift, n in plan:
@@ -209,7 +211,7 @@ def _randrange_stream(rng: random.Random, bounds: list[int], rounds: int) -> np.
             while r >= n:
                 r = nxt() >> shift
             append(r)
-    return np.array(out, dtype=np.int64).reshape(rounds, len(bounds))
+    return np.frombuffer(out, dtype=np.int64).reshape(rounds, len(bounds)).copy()
 
 
 def _best_tasks(have: dict[tuple, set[str]]) -> list[str]:
