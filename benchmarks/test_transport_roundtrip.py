@@ -5,6 +5,9 @@ side in interleaved rounds (so load changes hit all three alike):
 
 - ``plain``: ``dist.send`` / ``dist.recv`` of the tensor (the anchor);
 - ``plain_isend``: ``dist.isend`` + ``wait`` / ``dist.recv`` (what any asynchronous sender pays);
+- ``plain_fresh``: the same, each receive into a new tensor (``torch.empty``), each send's handle
+  kept in a queue until the round trip's end: the floor of any transport that hands the receiver a
+  tensor of its own and sends asynchronously, as the pipeline must (a stage keeps what it receives);
 - ``fixed``: ``DistTransport.send`` / ``recv`` on a fixed-size stream (one message, the
   receiver knows the size; what ``none``, fp16, fp8, quant... use after their first message);
 - ``framed``: the same without a stream (an 8-byte length, then a header + body buffer: what
@@ -79,7 +82,26 @@ def _worker(rank: int, port: int, numel: int, out) -> None:
             w = dist.isend(x, peer)
         w.wait()
 
-    cases = {"plain": plain, "plain_isend": plain_isend, "fixed": via(("bench",)), "framed": via(None)}
+    pending: list = []
+
+    def plain_fresh() -> None:  # the floor: a fresh receive buffer per message, the send's handle kept
+        if rank == 0:
+            pending.append(dist.isend(x, peer))
+            dist.recv(torch.empty(numel), peer)
+        else:
+            y = torch.empty(numel)
+            dist.recv(y, peer)
+            pending.append(dist.isend(y, peer))
+        while pending:
+            pending.pop().wait()
+
+    cases = {
+        "plain": plain,
+        "plain_isend": plain_isend,
+        "plain_fresh": plain_fresh,
+        "fixed": via(("bench",)),
+        "framed": via(None),
+    }
     for f in cases.values():  # warm-up (the fixed stream's first, framed, message included)
         for _ in range(3):
             f()
@@ -97,7 +119,7 @@ def _worker(rank: int, port: int, numel: int, out) -> None:
         res: dict[str, object] = {k: median(v) for k, v in times.items()}
         res |= {f"{k}_cpu": median(v) for k, v in cpu.items()}
         for clock, per in (("wall", times), ("cpu", cpu)):  # per-round ratios against the plain anchor
-            for k in ("fixed", "framed"):
+            for k in ("plain_fresh", "fixed", "framed"):
                 res[f"{k}_over_plain_{clock}_rounds"] = sorted(a / b for a, b in zip(per[k], per["plain"]))
         out.put(res)
     dist.barrier()

@@ -377,6 +377,9 @@ class DistTransport(Transport):
         self.max_pending = max_pending
         self._pending: collections.deque[tuple[dist.Work, Tensor]] = collections.deque()
         self._group: dist.ProcessGroup | None = None
+        self._fast_sends: dict[
+            tuple[int, Hashable], tuple[torch.Size, torch.dtype, torch.Size, torch.dtype, int, int]
+        ] = {}
 
     @property
     def group(self) -> dist.ProcessGroup:
@@ -409,13 +412,17 @@ class DistTransport(Transport):
         The checks are the same; anything else takes the general path."""
         if stream is not None and not fanout and type(payload) is tuple and len(payload) == 1:
             t = payload[0]
-            known = self._sent_layouts.get((dst, stream))
+            fast = self._fast_sends.get((dst, stream))
+            # fast: the stream's (original shape, original dtype, tensor shape, tensor dtype, wire
+            # bytes, raw bytes), from its layout; a tuple compare, no layout tuple built per message
             if (
-                known is not None
+                fast is not None
                 and type(t) is Tensor
                 and not t.__dict__
-                and known == (tuple(shape), dtype, ((t.dtype, tuple(t.shape)),))
-                and not t.is_complex()
+                and t.dtype is fast[3]
+                and t.shape == fast[2]
+                and dtype is fast[1]
+                and shape == fast[0]
             ):
                 if t.requires_grad:
                     t = t.detach()
@@ -426,10 +433,23 @@ class DistTransport(Transport):
                 except Exception as e:
                     raise TransportError(f"rank {self.rank}: sending to rank {dst} failed: {_first_line(e)}") from e
                 self._pending.append((work, t))
-                wire = t.numel() * t.element_size()
-                raw = math.prod(shape) * dtype.itemsize if raw_nbytes is None else raw_nbytes
-                self.meter.record(key, raw, wire, 1)
-                return wire
+                self.meter.record(key, fast[5] if raw_nbytes is None else raw_nbytes, fast[4], 1)
+                return fast[4]
+            wire = super().send(
+                payload, dst, key=key, shape=shape, dtype=dtype, raw_nbytes=raw_nbytes, stream=stream, fanout=fanout
+            )
+            known = self._sent_layouts.get((dst, stream))
+            if fast is None and known is not None and len(known[2]) == 1 and not known[2][0][0].is_complex:
+                (dt, shp), (oshape, odtype) = known[2][0], known[:2]
+                self._fast_sends[(dst, stream)] = (
+                    torch.Size(oshape),
+                    odtype,
+                    torch.Size(shp),
+                    dt,
+                    math.prod(shp) * dt.itemsize,
+                    math.prod(oshape) * odtype.itemsize,
+                )
+            return wire
         return super().send(
             payload, dst, key=key, shape=shape, dtype=dtype, raw_nbytes=raw_nbytes, stream=stream, fanout=fanout
         )
