@@ -209,6 +209,11 @@ class Transport:
         self.device = device
         self._sent_layouts: dict[tuple[int, Hashable], Layout] = {}  # (dst, stream) -> layout
         self._recv_layouts: dict[tuple[int, Hashable], Layout] = {}  # (src, stream) -> layout
+        # (dst, stream) of one plain tensor -> (original shape, original dtype, tensor shape, tensor
+        # dtype, wire bytes, raw bytes): the common message's checks as a few compares (send)
+        self._fast_sends: dict[
+            tuple[int, Hashable], tuple[torch.Size, torch.dtype, torch.Size, torch.dtype, int, int]
+        ] = {}
 
     def send(
         self,
@@ -227,7 +232,27 @@ class Transport:
         a fixed-size stream (see the module docstring), None for a variable-size payload.
         ``fanout``: further peers that get the same payload (the other tensor-parallel ranks of
         the next stage), each one message counted as sent; a transport that simulates only
-        ``dst`` (``LocalTransport``) counts them without delivering. Returns the wire bytes."""
+        ``dst`` (``LocalTransport``) counts them without delivering. Returns the wire bytes.
+
+        The common message (one plain tensor on a known fixed-size stream to one peer) takes a
+        short path with the same checks: every message pays the Python between two backend
+        calls at a cold cache, about 2-3 us per call on this CPU, a measured share of a 1 KB
+        message (docs/performance.md, issue 28, third round)."""
+        if stream is not None and not fanout and type(payload) is tuple and len(payload) == 1:
+            t = payload[0]
+            fast = self._fast_sends.get((dst, stream))
+            if (
+                fast is not None
+                and type(t) is Tensor
+                and not t.__dict__
+                and t.dtype is fast[3]
+                and t.shape == fast[2]
+                and dtype is fast[1]
+                and shape == fast[0]
+            ):
+                wire = self._deliver_body(payload, dst)
+                self.meter.record(key, fast[5] if raw_nbytes is None else raw_nbytes, wire, 1)
+                return wire
         if not isinstance(payload, tuple):
             raise TransportError(f"a payload must be a tuple of tensors, got {type(payload).__name__}")
         for t in payload:  # one loop, no call per tensor on the way of every message
@@ -268,6 +293,17 @@ class Transport:
             framed = self._deliver(payload, dst, shape, dtype) if deliver else frame_nbytes(payload, shape, dtype)
             if layout is not None and _layout_nbytes(layout) > 0:  # empty bodies keep the header
                 self._sent_layouts[(dst, stream)] = layout
+                if len(layout[2]) == 1:
+                    (dt, shp), (oshape, odtype) = layout[2][0], layout[:2]
+                    nbytes = math.prod(shp) * dt.itemsize
+                    self._fast_sends[(dst, stream)] = (
+                        torch.Size(oshape),
+                        odtype,
+                        torch.Size(shp),
+                        dt,
+                        nbytes,
+                        math.prod(oshape) * odtype.itemsize,
+                    )
             return PREFIX_NBYTES + framed, 2
         if known == layout:
             body = self._deliver_body(payload, dst) if deliver else sum(t.numel() * t.element_size() for t in payload)
@@ -377,9 +413,6 @@ class DistTransport(Transport):
         self.max_pending = max_pending
         self._pending: collections.deque[tuple[dist.Work, Tensor]] = collections.deque()
         self._group: dist.ProcessGroup | None = None
-        self._fast_sends: dict[
-            tuple[int, Hashable], tuple[torch.Size, torch.dtype, torch.Size, torch.dtype, int, int]
-        ] = {}
 
     @property
     def group(self) -> dist.ProcessGroup:
@@ -392,67 +425,6 @@ class DistTransport(Transport):
                 )
             self._group = group
         return self._group
-
-    def send(
-        self,
-        payload: Payload,
-        dst: int,
-        *,
-        key: str,
-        shape: Sequence[int],
-        dtype: torch.dtype,
-        raw_nbytes: int | None = None,
-        stream: Hashable | None = None,
-        fanout: Sequence[int] = (),
-    ) -> int:
-        """:meth:`Transport.send`, with the common message inlined: one plain tensor on a fixed-size
-        stream to one peer, its layout as before. Every message pays the Python between two gloo
-        calls at a cold cache, about 2-3 us per call on this CPU, so the eight calls of the general
-        path were a measured share of a 1 KB message (docs/performance.md, issue 28, third round).
-        The checks are the same; anything else takes the general path."""
-        if stream is not None and not fanout and type(payload) is tuple and len(payload) == 1:
-            t = payload[0]
-            fast = self._fast_sends.get((dst, stream))
-            # fast: the stream's (original shape, original dtype, tensor shape, tensor dtype, wire
-            # bytes, raw bytes), from its layout; a tuple compare, no layout tuple built per message
-            if (
-                fast is not None
-                and type(t) is Tensor
-                and not t.__dict__
-                and t.dtype is fast[3]
-                and t.shape == fast[2]
-                and dtype is fast[1]
-                and shape == fast[0]
-            ):
-                if t.requires_grad:
-                    t = t.detach()
-                if not t.is_contiguous():
-                    t = t.contiguous()
-                try:
-                    work = (self._group or self.group).send([t], dst, 0)
-                except Exception as e:
-                    raise TransportError(f"rank {self.rank}: sending to rank {dst} failed: {_first_line(e)}") from e
-                self._pending.append((work, t))
-                self.meter.record(key, fast[5] if raw_nbytes is None else raw_nbytes, fast[4], 1)
-                return fast[4]
-            wire = super().send(
-                payload, dst, key=key, shape=shape, dtype=dtype, raw_nbytes=raw_nbytes, stream=stream, fanout=fanout
-            )
-            known = self._sent_layouts.get((dst, stream))
-            if fast is None and known is not None and len(known[2]) == 1 and not known[2][0][0].is_complex:
-                (dt, shp), (oshape, odtype) = known[2][0], known[:2]
-                self._fast_sends[(dst, stream)] = (
-                    torch.Size(oshape),
-                    odtype,
-                    torch.Size(shp),
-                    dt,
-                    math.prod(shp) * dt.itemsize,
-                    math.prod(oshape) * odtype.itemsize,
-                )
-            return wire
-        return super().send(
-            payload, dst, key=key, shape=shape, dtype=dtype, raw_nbytes=raw_nbytes, stream=stream, fanout=fanout
-        )
 
     def _deliver(self, payload: Payload, dst: int, shape: Sequence[int], dtype: torch.dtype) -> int:
         buf = frame(payload, shape, dtype, self.device)
@@ -474,6 +446,13 @@ class DistTransport(Transport):
             if t.requires_grad:
                 t = t.detach()
             body = t if t.is_contiguous() else t.contiguous()
+            if not body.is_complex():  # the common case inlined (one Python frame less per message)
+                try:
+                    work = (self._group or self.group).send([body], dst, 0)
+                except Exception as e:
+                    raise TransportError(f"rank {self.rank}: sending to rank {dst} failed: {_first_line(e)}") from e
+                self._pending.append((work, body))
+                return body.numel() * body.element_size()
         else:
             body = torch.cat([t.detach().reshape(-1).view(torch.uint8) for t in payload])
         self._send_tensors(dst, (body,))
