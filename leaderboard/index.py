@@ -47,6 +47,7 @@ import gc
 import hashlib
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -573,8 +574,8 @@ def _scan(files: list[Path], ids: set[str]) -> dict[str, dict[str, Any]]:
             continue
         if not any(n in data for n in needles):
             continue
-        for line in data.split(b"\n"):
-            if len(line) > submissions.MAX_LINE_BYTES or not any(n in line for n in needles):
+        for line in _lines_with(data, needles):
+            if len(line) > submissions.MAX_LINE_BYTES:
                 continue
             try:
                 rec = load_record(line)
@@ -583,6 +584,24 @@ def _scan(files: list[Path], ids: set[str]) -> dict[str, dict[str, Any]]:
             if rec.get("record_id") in ids and rec["record_id"] not in found:
                 found[rec["record_id"]] = rec
     return found
+
+
+def _lines_with(data: bytes, needles: list[bytes]) -> Iterator[bytes]:
+    """The lines of ``data`` (split at ``\\n``) that contain one of ``needles``, in order: found by
+    one regular-expression scan (a 32 MiB file holds ~1,700 records; a page shows a few)."""
+    if not needles or any(not n or b"\n" in n for n in needles):  # what one scan cannot find line by line
+        yield from (line for line in data.split(b"\n") if any(n in line for n in needles))
+        return
+    pattern = re.compile(b"|".join(re.escape(n) for n in sorted(set(needles), key=len, reverse=True)))
+    pos = 0  # the end of the last line given: a line with several matches is given once
+    for m in pattern.finditer(data):
+        if m.start() < pos:
+            continue
+        start = data.rfind(b"\n", 0, m.start()) + 1
+        end = data.find(b"\n", m.end())
+        end = len(data) if end < 0 else end
+        yield data[start:end]
+        pos = end
 
 
 def load_records(rows: pd.DataFrame) -> list[dict[str, Any]]:

@@ -163,3 +163,18 @@ def test_the_heavy_column_is_kept_apart_and_follows_incremental_rebuilds(tmp_pat
         kept.sort_index(), before.set_index(["source", "record_id"]).timing_inputs.sort_index()
     )
     assert (after.timing_inputs.str.len() > 100).all()
+
+
+def test_the_lines_holding_a_record_id_are_found_by_one_scan():
+    """``_lines_with`` (one regex scan for the rows' ids) gives the lines a split-and-search gives."""
+    import random
+
+    from leaderboard.index import _lines_with
+
+    rnd = random.Random(0)
+    for _ in range(2000):
+        data = bytes(rnd.choice(b"ab\n") for _ in range(rnd.randint(0, 40)))
+        needles = [bytes(rnd.choice(b"ab\n" if rnd.random() < 0.05 else b"ab") for _ in range(rnd.randint(0, 3)))]
+        needles += [bytes(rnd.choice(b"ab") for _ in range(rnd.randint(1, 3))) for _ in range(rnd.randint(0, 2))]
+        want = [line for line in data.split(b"\n") if any(n in line for n in needles)]
+        assert list(_lines_with(data, needles)) == want, (data, needles)

@@ -134,3 +134,10 @@ def test_the_draw_stream_is_randrange():
     rng, ref = random.Random(5), random.Random(5)
     got = _randrange_stream(rng, bounds, 300)
     assert got.tolist() == [[ref.randrange(n) for n in bounds] for _ in range(300)]
+    # (the stream reads its words ahead: a generator is used for one stream only, as the bootstrap does)
+    small = [3, 1, 200, 256]  # every draw fits a byte
+    rng, ref = random.Random(6), random.Random(6)
+    assert _randrange_stream(rng, small, 50).tolist() == [[ref.randrange(n) for n in small] for _ in range(50)]
+    huge = [5, 2**32, 2**40]  # beyond one 32-bit word: randrange itself
+    rng, ref = random.Random(7), random.Random(7)
+    assert _randrange_stream(rng, huge, 5).tolist() == [[ref.randrange(n) for n in huge] for _ in range(5)]
