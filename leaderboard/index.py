@@ -283,8 +283,8 @@ class _HeavyWriter:
 
     def add(self, frame: pd.DataFrame) -> None:
         if len(frame) and HEAVY_COLUMNS[0] in frame:
-            cols = {n: frame[n].fillna("").astype(str).tolist() for n in _HEAVY_SCHEMA.names}
-            self.writer.write_table(pa.Table.from_pydict(cols, schema=_HEAVY_SCHEMA))
+            cols = frame[list(_HEAVY_SCHEMA.names)]  # every value a str (to_frame: "" where none)
+            self.writer.write_table(pa.Table.from_pandas(cols, schema=_HEAVY_SCHEMA, preserve_index=False))
 
     def copy(self, old: Path, keys: list[str]) -> None:
         """The rows of ``old`` (a previous :data:`HEAVY_FILE`) whose source is one of ``keys``, batch by batch."""
