@@ -30,7 +30,7 @@ receives block with the process group's timeout, so a dead or stalled peer becom
 not a hang. It calls the group's ``send`` / ``recv`` itself, which is what ``dist.isend`` /
 ``dist.recv`` call after checking their arguments again: the transport has checked them, and
 the ten Python calls of those wrappers per message were a measured share of the per-message
-overhead (docs/performance.md, issue 28, third round). Complex tensors go as
+overhead (docs/performance.md, "pipeline and messages, third round"). Complex tensors go as
 ``view_as_real``, as in ``dist.isend``.
 :class:`LocalTransport` connects stages of one process: it hands over private copies of
 the payload tensors and counts exactly the bytes and messages :class:`DistTransport` would.
@@ -237,7 +237,7 @@ class Transport:
         The common message (one plain tensor on a known fixed-size stream to one peer) takes a
         short path with the same checks: every message pays the Python between two backend
         calls at a cold cache, about 2-3 us per call on this CPU, a measured share of a 1 KB
-        message (docs/performance.md, issue 28, third round)."""
+        message (docs/performance.md, "pipeline and messages, third round")."""
         if stream is not None and not fanout and type(payload) is tuple and len(payload) == 1:
             t = payload[0]
             fast = self._fast_sends.get((dst, stream))
