@@ -38,6 +38,7 @@ without the data set).
 
     python -m pytest benchmarks/test_pipeline_vs_torch.py -q -s -p no:cacheprovider
     python benchmarks/test_pipeline_vs_torch.py mlp [--runs 16] [--lockstep] [--clock on|wall|off] [--json out.json]
+    python benchmarks/test_pipeline_vs_torch.py mlp --calls     # Python / C calls per step, per rank and side
 """
 
 from __future__ import annotations
@@ -320,6 +321,53 @@ def _summary(case_id: str, res: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def _calls_worker(rank: int, port: int, case: Case, out_dir: str) -> None:
+    """Per schedule and side, one training run after a warm-up one, under ``sys.setprofile``:
+    Python function calls and C calls per step on this rank's main thread."""
+    import sys
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    from suite.pipeline import trainer
+
+    trainer.evaluate = lambda *a, **k: None
+    res: dict[str, dict[str, float]] = {}
+    for sched in SCHEDULES:
+        cfg = _config(case, sched)
+        for side in SIDES:
+            run = _run_mpcbench if side == "mpcbench" else _run_torch
+            dist.barrier()
+            run(cfg, rank)  # warm-up: imports, first framed messages, shape inference
+            counts = {"call": 0, "c_call": 0}
+
+            def profile(frame, event, arg) -> None:
+                if event in counts:
+                    counts[event] += 1
+
+            dist.barrier()
+            sys.setprofile(profile)
+            try:
+                run(cfg, rank)
+            finally:
+                sys.setprofile(None)
+            res[f"{sched}/{side}"] = {
+                "python_calls": counts["call"] / case.steps,
+                "c_calls": counts["c_call"] / case.steps,
+            }
+    Path(out_dir, f"calls{rank}.json").write_text(json.dumps(res))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def count_calls(case: Case) -> dict[str, dict[str, dict[str, float]]]:
+    """Python and C calls per training step (a whole run's count over its steps, set-up
+    included) per rank, schedule and side: how much interpreter work each runtime does."""
+    with tempfile.TemporaryDirectory() as out_dir:
+        mp.start_processes(_calls_worker, args=(_free_port(), case, out_dir), nprocs=2, join=True, start_method="spawn")
+        return {f"rank{r}": json.loads(Path(out_dir, f"calls{r}.json").read_text()) for r in (0, 1)}
+
+
 @pytest.mark.parametrize("case_id", list(CASES))
 def test_pipeline_cpu_vs_torch_pipelining(benchmark, case_id):
     case = CASES[case_id]
@@ -353,7 +401,13 @@ if __name__ == "__main__":
         help="diagnosis: the runtime's per-section clock on, on the wall clock only (no thread-CPU reads), or a no-op",
     )
     p.add_argument("--json", default=None, help="also write the full result here")
+    p.add_argument("--calls", action="store_true", help="diagnosis: count Python and C calls per step instead")
     a = p.parse_args()
+    if a.calls:
+        for rank, per in count_calls(CASES[a.case]).items():
+            for key, c in per.items():
+                print(f"{rank} {key}: {c['python_calls']:.0f} Python calls, {c['c_calls']:.0f} C calls per step")
+        raise SystemExit(0)
     result = measure(CASES[a.case], a.runs, a.lockstep, a.clock)
     print(_summary(a.case, result))
     if a.json:
