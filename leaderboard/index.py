@@ -59,7 +59,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from leaderboard import submissions
-from leaderboard.frame import to_frame
+from leaderboard.frame import canonical_inputs, to_frame
 from leaderboard.submissions import Problem
 from suite.results.record_json import load_record
 from suite.results.records import RecordError
@@ -113,8 +113,8 @@ class Index:
         else:
             extra = pd.DataFrame(columns=["source", "record_id", *cols])
         out = rows.merge(extra, on=["source", "record_id"], how="left")
-        for c in cols:
-            out[c] = out[c].fillna("")
+        for c in cols:  # stored as a JSON text (orjson's where it was cheaper), given as json's
+            out[c] = [canonical_inputs(t) if isinstance(t, str) else "" for t in out[c]]
         return out
 
 
