@@ -197,6 +197,8 @@ def _randrange_stream(rng: random.Random, bounds: list[int], rounds: int) -> np.
         return np.zeros((rounds, 0), dtype=np.int64)
     if max(bounds) >= 2**32 or min(bounds) < 1:
         return np.array([[rng.randrange(n) for n in bounds] for _ in range(rounds)], dtype=np.int64)
+    if len(set(bounds)) <= _RUN_CLASSES and len(bounds) >= 256:
+        return _randrange_runs(rng, bounds, rounds)
 
     def chunks():
         while True:
@@ -214,6 +216,60 @@ def _randrange_stream(rng: random.Random, bounds: list[int], rounds: int) -> np.
                 r = nxt() >> shift
             append(r)
     return np.frombuffer(out, dtype=np.dtype(out.typecode)).reshape(rounds, len(bounds))  # keeps ``out`` alive
+
+
+_RUN_CLASSES = 8  # distinct bounds up to which _randrange_runs is the faster (its cost per pass grows with them)
+
+
+def _randrange_runs(rng: random.Random, bounds: list[int], rounds: int) -> np.ndarray:
+    """:func:`_randrange_stream`'s numbers, a pass (one round of ``bounds``) at a time in NumPy:
+    within a run of equal bounds n the draws are the next words whose top k bits are below n, so
+    for each distinct bound the accepted positions of a window of words and their running count
+    are computed once, and each run then costs two look-ups (where it starts, where its last
+    accepted word is) instead of a Python step per draw; the draws are gathered at once. 1.6x
+    faster than the loop at 100,000 seeds of a few distinct counts."""
+    runs = [(n, len(list(g))) for n, g in itertools.groupby(bounds)]
+    classes = sorted({n for n, _ in runs})
+    index = {n: i for i, n in enumerate(classes)}
+    shifts = [32 - n.bit_length() for n in classes]
+    run_class = [index[n] for n, _ in runs]
+    run_len = [m for _, m in runs]
+    rc, rm = np.array(run_class), np.array(run_len)
+    within = np.arange(len(bounds)) - np.repeat(np.cumsum(rm) - rm, rm)  # each draw's place in its run
+    draw_shift = np.repeat(np.array(shifts, dtype=np.uint32)[rc], rm)
+    top = max(bounds)
+    out = np.empty(
+        (rounds, len(bounds)), dtype=np.uint8 if top <= 1 << 8 else np.uint16 if top <= 1 << 16 else np.uint32
+    )
+    window = int(sum(m * (1 << n.bit_length()) / n for n, m in runs) * 1.25) + 1024  # ~the words a pass reads
+    words, pos = np.zeros(0, dtype=np.uint32), 0
+    for r in range(rounds):
+        while True:
+            if len(words) - pos < window:  # more words, in the order they are generated
+                k = 2 * window
+                fresh = np.frombuffer(rng.getrandbits(32 * k).to_bytes(4 * k, "little"), dtype="<u4")
+                words, pos = np.concatenate([words[pos:], fresh]), 0
+            win = words[pos : pos + window]
+            accepted = [(win >> s) < n for s, n in zip(shifts, classes)]
+            where = [np.flatnonzero(a) for a in accepted]
+            before = [np.concatenate(([0], np.cumsum(a))) for a in accepted]  # accepted words before each position
+            sizes = [len(w) for w in where]
+            cur, starts, done = 0, [], True
+            for c, m in zip(run_class, run_len):
+                k = int(before[c][cur])
+                if k + m > sizes[c]:  # the window ran out: a larger one for this pass
+                    done = False
+                    break
+                starts.append(k)
+                cur = int(where[c][k + m - 1]) + 1
+            if done:
+                break
+            window *= 2
+        offsets = np.cumsum([0] + sizes)[:-1]
+        source = np.repeat(np.asarray(offsets)[rc] + np.array(starts), rm) + within
+        out[r] = win[np.concatenate(where)[source]] >> draw_shift
+        pos += cur
+    return out
 
 
 def _best_tasks(have: dict[tuple, set[str]]) -> list[str]:

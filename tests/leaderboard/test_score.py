@@ -141,3 +141,26 @@ def test_the_draw_stream_is_randrange():
     huge = [5, 2**32, 2**40]  # beyond one 32-bit word: randrange itself
     rng, ref = random.Random(7), random.Random(7)
     assert _randrange_stream(rng, huge, 5).tolist() == [[ref.randrange(n) for n in huge] for _ in range(5)]
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        [n for n in (27, 28, 5, 1, 28, 30, 27) * 40 for _ in range(n)],  # runs of seeds per row and task
+        [3] * 300,
+        [1] * 300,  # one bit, half the words refused
+        [2**31 - 1] * 150 + [5] * 150,
+        [256, 255, 7] * 100,  # runs of one draw each
+        [60000] * 300,
+    ],
+)
+def test_the_draws_by_runs_are_randrange(bounds):
+    """The pass-at-a-time draws (a window of words per pass, two look-ups per run) are randrange's."""
+    import random
+
+    from leaderboard.score import _randrange_runs, _randrange_stream
+
+    for seed in (0, 11):
+        want = (lambda r: [[r.randrange(n) for n in bounds] for _ in range(25)])(random.Random(seed))
+        assert _randrange_runs(random.Random(seed), bounds, 25).tolist() == want
+        assert _randrange_stream(random.Random(seed), bounds, 25).tolist() == want
