@@ -515,6 +515,7 @@ def load_index(
     current = _sources(stores, records_dirs)
     changed = [s for s in current if old.get(s[0], {}).get("sig") != json.loads(json.dumps(s[3]))]
     keys = [s[0] for s in current]
+    built: pa.Table | None = None
     if changed or set(old) != set(keys) or not path.exists():
         keep = [k for k in keys if k in old and k not in {c[0] for c in changed}]
         parts = []
@@ -541,14 +542,18 @@ def load_index(
         parts = [p for p in parts if len(p)]
         table = pd.concat(parts, ignore_index=True) if parts else to_frame([], details=False).assign(source="", _key="")
         del parts
-        table = _typed(table)
-        _write_atomic(path, lambda tmp: pq.write_table(pa.Table.from_pandas(table, preserve_index=False), tmp))
+        built = pa.Table.from_pandas(_typed(table), preserve_index=False)
         del table
+        _write_atomic(path, lambda tmp: pq.write_table(built, tmp))
         manifest = {"versions": _versions(), "sources": {k: new_meta[k] for k in keys}}
         _write_atomic(manifest_path, lambda tmp: Path(tmp).write_text(json.dumps(manifest)))
-    schema = pq.read_schema(path)
-    light = [c for c in schema.names if c not in HEAVY_COLUMNS]
-    frame = pq.read_table(path, columns=light).to_pandas()
+    if built is not None:  # what was just written, not read back (the same frame: tested)
+        frame = built.to_pandas()
+        del built
+    else:
+        schema = pq.read_schema(path)
+        light = [c for c in schema.names if c not in HEAVY_COLUMNS]
+        frame = pq.read_table(path, columns=light).to_pandas()
     order = {k: i for i, k in enumerate(keys)}
     if len(frame):
         frame = frame.sort_values("_key", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)

@@ -178,3 +178,13 @@ def test_the_lines_holding_a_record_id_are_found_by_one_scan():
         needles += [bytes(rnd.choice(b"ab") for _ in range(rnd.randint(1, 3))) for _ in range(rnd.randint(0, 2))]
         want = [line for line in data.split(b"\n") if any(n in line for n in needles)]
         assert list(_lines_with(data, needles)) == want, (data, needles)
+
+
+def test_the_frame_of_a_fresh_build_is_the_frame_read_back(tmp_path, lb):
+    """A build hands over the table it wrote; the next load reads it from disk: the same frame."""
+    stores, dirs = _board_with_problems(tmp_path, lb)
+    fresh = load_index(stores, dirs, index_dir=tmp_path / "ix")
+    again = load_index(stores, dirs, index_dir=tmp_path / "ix")
+    assert len(fresh.rebuilt) == 7 and again.rebuilt == []
+    pd.testing.assert_frame_equal(fresh.frame, again.frame)
+    assert fresh.problems == again.problems
