@@ -197,7 +197,12 @@ def _serve(tasks: list[tuple[str, str, list[Any]]]) -> None:
     import pickle
     import sys
 
-    out, sys.stdout = sys.stdout.buffer, sys.stderr  # a print anywhere must not corrupt the stream
+    # the results go to a private copy of the stdout pipe; file descriptor 1 and sys.stdout point at
+    # stderr, so that nothing else written here (a print, a C library) can corrupt the stream
+    sys.stdout.flush()
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     for task in tasks:
         try:
             got: Any = _load_source(*task)

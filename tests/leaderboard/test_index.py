@@ -188,3 +188,25 @@ def test_the_frame_of_a_fresh_build_is_the_frame_read_back(tmp_path, lb):
     assert len(fresh.rebuilt) == 7 and again.rebuilt == []
     pd.testing.assert_frame_equal(fresh.frame, again.frame)
     assert fresh.problems == again.problems
+
+
+def test_output_written_in_a_worker_does_not_reach_the_results(tmp_path, lb, monkeypatch):
+    """A print or a C library writing to file descriptor 1 inside a worker goes to stderr, not
+    into the pickled results the page process reads."""
+    import leaderboard.index as index
+
+    stores, dirs = _board_with_problems(tmp_path, lb)
+    monkeypatch.setenv("MPCBENCH_INDEX_WORKERS", "1")
+    serial = load_index(stores, dirs, index_dir=tmp_path / "serial")
+    monkeypatch.setenv("MPCBENCH_INDEX_WORKERS", "2")
+    noisy = (
+        "import os, pickle, sys; path, tasks = pickle.load(sys.stdin.buffer); sys.path[:0] = path; "
+        "import leaderboard.index as ix; real = ix._load_source; "
+        "ix._load_source = lambda *a: (os.write(1, b'noise\\n'), print('more noise'), real(*a))[2]; ix._serve(tasks)"
+    )
+    monkeypatch.setattr(index, "_WORKER", noisy)
+    with monkeypatch.context() as m:  # the rows must come from the workers, intact
+        m.setattr(index, "_load_source", lambda *a: (_ for _ in ()).throw(AssertionError(f"loaded here: {a}")))
+        parallel = load_index(stores, dirs, index_dir=tmp_path / "parallel")
+    pd.testing.assert_frame_equal(parallel.frame, serial.frame)
+    assert parallel.problems == serial.problems
