@@ -38,7 +38,7 @@ without the data set).
 
     python -m pytest benchmarks/test_pipeline_vs_torch.py -q -s -p no:cacheprovider
     python benchmarks/test_pipeline_vs_torch.py mlp [--runs 16] [--lockstep] [--clock on|wall|off] [--json out.json]
-    python benchmarks/test_pipeline_vs_torch.py mlp --calls     # Python / C calls per step, per rank and side
+    python benchmarks/test_pipeline_vs_torch.py mlp --calls     # Python / C calls, ATen operators per step
 """
 
 from __future__ import annotations
@@ -323,8 +323,12 @@ def _summary(case_id: str, res: dict[str, Any]) -> str:
 
 def _calls_worker(rank: int, port: int, case: Case, out_dir: str) -> None:
     """Per schedule and side, one training run after a warm-up one, under ``sys.setprofile``:
-    Python function calls and C calls per step on this rank's main thread."""
+    Python function calls and C calls per step on this rank's main thread; then one more under a
+    ``TorchDispatchMode``: the ATen operators per step (by name)."""
+    import collections
     import sys
+
+    from torch.utils._python_dispatch import TorchDispatchMode
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
     torch.set_num_threads(1)
@@ -351,9 +355,21 @@ def _calls_worker(rank: int, port: int, case: Case, out_dir: str) -> None:
                 run(cfg, rank)
             finally:
                 sys.setprofile(None)
+            ops: collections.Counter[str] = collections.Counter()
+
+            class _Ops(TorchDispatchMode):  # a second run: the mode's own Python would count as calls
+                def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+                    ops[str(func)] += 1
+                    return func(*args, **(kwargs or {}))
+
+            dist.barrier()
+            with _Ops():
+                run(cfg, rank)
             res[f"{sched}/{side}"] = {
                 "python_calls": counts["call"] / case.steps,
                 "c_calls": counts["c_call"] / case.steps,
+                "aten_ops": sum(ops.values()) / case.steps,
+                "aten_ops_by_name": {k: v / case.steps for k, v in ops.most_common()},
             }
     Path(out_dir, f"calls{rank}.json").write_text(json.dumps(res))
     dist.barrier()
@@ -401,12 +417,23 @@ if __name__ == "__main__":
         help="diagnosis: the runtime's per-section clock on, on the wall clock only (no thread-CPU reads), or a no-op",
     )
     p.add_argument("--json", default=None, help="also write the full result here")
-    p.add_argument("--calls", action="store_true", help="diagnosis: count Python and C calls per step instead")
+    p.add_argument(
+        "--calls",
+        action="store_true",
+        help="diagnosis: count Python calls, C calls and ATen operators per step instead",
+    )
     a = p.parse_args()
     if a.calls:
         for rank, per in count_calls(CASES[a.case]).items():
             for key, c in per.items():
-                print(f"{rank} {key}: {c['python_calls']:.0f} Python calls, {c['c_calls']:.0f} C calls per step")
+                print(
+                    f"{rank} {key}: {c['python_calls']:.0f} Python calls, {c['c_calls']:.0f} C calls, "
+                    f"{c['aten_ops']:.1f} ATen operators per step"
+                )
+            mine, theirs = (per[f"1f1b/{side}"]["aten_ops_by_name"] for side in SIDES)
+            more = {k: mine.get(k, 0) - theirs.get(k, 0) for k in set(mine) | set(theirs)}
+            top = sorted(more.items(), key=lambda kv: -abs(kv[1]))[:6]
+            print(f"{rank} 1f1b mpcbench - torch, operators per step: " + ", ".join(f"{k} {v:+.1f}" for k, v in top))
         raise SystemExit(0)
     result = measure(CASES[a.case], a.runs, a.lockstep, a.clock)
     print(_summary(a.case, result))
