@@ -336,7 +336,7 @@ def _calls_worker(rank: int, port: int, case: Case, out_dir: str) -> None:
     from suite.pipeline import trainer
 
     trainer.evaluate = lambda *a, **k: None
-    res: dict[str, dict[str, float]] = {}
+    res: dict[str, dict[str, Any]] = {}
     for sched in SCHEDULES:
         cfg = _config(case, sched)
         for side in SIDES:
@@ -376,7 +376,7 @@ def _calls_worker(rank: int, port: int, case: Case, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
-def count_calls(case: Case) -> dict[str, dict[str, dict[str, float]]]:
+def count_calls(case: Case) -> dict[str, dict[str, dict[str, Any]]]:
     """Python and C calls per training step (a whole run's count over its steps, set-up
     included) per rank, schedule and side: how much interpreter work each runtime does."""
     with tempfile.TemporaryDirectory() as out_dir:
