@@ -25,7 +25,7 @@ import os
 import socket
 import time
 from statistics import median
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 import torch
@@ -61,7 +61,7 @@ def _worker(rank: int, port: int, numel: int, out) -> None:
             dist.recv(x, peer)
             dist.send(x, peer)
 
-    def via(stream) -> None:
+    def via(stream: tuple[str, ...] | None) -> Callable[[], None]:
         def go() -> None:
             if rank == 0:
                 tr.send((x,), peer, key="b0.forward", shape=x.shape, dtype=x.dtype, stream=stream)
@@ -80,9 +80,10 @@ def _worker(rank: int, port: int, numel: int, out) -> None:
         else:
             dist.recv(x, peer)
             w = dist.isend(x, peer)
+        assert w is not None  # None only for a rank outside the group
         w.wait()
 
-    pending: list = []
+    pending: list[dist.Work | None] = []
 
     def plain_fresh() -> None:  # the floor: a fresh receive buffer per message, the send's handle kept
         if rank == 0:
@@ -93,7 +94,9 @@ def _worker(rank: int, port: int, numel: int, out) -> None:
             dist.recv(y, peer)
             pending.append(dist.isend(y, peer))
         while pending:
-            pending.pop().wait()
+            work = pending.pop()
+            assert work is not None
+            work.wait()
 
     cases = {
         "plain": plain,
