@@ -29,7 +29,7 @@ transport records them, and the number of messages (``torch.distributed`` sends)
 receives block with the process group's timeout, so a dead or stalled peer becomes an error,
 not a hang. It calls the group's ``send`` / ``recv`` itself, which is what ``dist.isend`` /
 ``dist.recv`` call after checking their arguments again: the transport has checked them, and
-the ten Python calls of those wrappers per message were a measured share of the per-message
+the Python calls of those wrappers (about ten per message) were a measured share of the per-message
 overhead (docs/performance.md, "pipeline and messages, third round"). Complex tensors go as
 ``view_as_real``, as in ``dist.isend``.
 :class:`LocalTransport` connects stages of one process: it hands over private copies of
@@ -117,8 +117,6 @@ Layout = tuple  # (orig shape, orig dtype, ((dtype, shape), ...) of the payload'
 
 def layout_of(payload: Payload, shape: Sequence[int], dtype: torch.dtype) -> Layout:
     """What a receiver must know to receive ``payload`` without a header."""
-    if len(payload) == 1:  # the common case, without a generator's frame
-        return (tuple(shape), dtype, ((payload[0].dtype, tuple(payload[0].shape)),))
     return (tuple(shape), dtype, tuple((t.dtype, tuple(t.shape)) for t in payload))
 
 
@@ -235,13 +233,13 @@ class Transport:
         ``dst`` (``LocalTransport``) counts them without delivering. Returns the wire bytes.
 
         The common message (one plain tensor on a known fixed-size stream to one peer) takes a
-        short path with the same checks: every message pays the Python between two backend
-        calls at a cold cache, about 2-3 us per call on this CPU, a measured share of a 1 KB
-        message (docs/performance.md, "pipeline and messages, third round")."""
+        short path with the same checks: the Python between two backend calls runs at a cold
+        cache and was a measured share of a 1 KB message (docs/performance.md, "pipeline and
+        messages, third round")."""
         if stream is not None and not fanout and type(payload) is tuple and len(payload) == 1:
             t = payload[0]
             fast = self._fast_sends.get((dst, stream))
-            if (
+            if (  # not_plain_tensor's rule inline (exactly a Tensor, no attributes), then the layout
                 fast is not None
                 and type(t) is Tensor
                 and not t.__dict__
@@ -255,7 +253,7 @@ class Transport:
                 return wire
         if not isinstance(payload, tuple):
             raise TransportError(f"a payload must be a tuple of tensors, got {type(payload).__name__}")
-        for t in payload:  # one loop, no call per tensor on the way of every message
+        for t in payload:  # not_plain_tensor's rule in one loop; _refuse words the error
             if type(t) is not Tensor or t.__dict__:
                 self._refuse(payload, key)
         layout = layout_of(payload, shape, dtype) if stream is not None else None
@@ -412,19 +410,10 @@ class DistTransport(Transport):
         self.rank = rank
         self.max_pending = max_pending
         self._pending: collections.deque[tuple[dist.Work, Tensor]] = collections.deque()
-        self._group: dist.ProcessGroup | None = None
-
-    @property
-    def group(self) -> dist.ProcessGroup:
-        """The default process group (global ranks are its ranks), resolved on first use."""
-        if self._group is None:
-            group = dist.group.WORLD
-            if not isinstance(group, dist.ProcessGroup):
-                raise TransportError(
-                    f"rank {self.rank}: torch.distributed is not initialized (no default process group)"
-                )
-            self._group = group
-        return self._group
+        group = dist.group.WORLD  # the default process group: global ranks are its ranks
+        if not isinstance(group, dist.ProcessGroup):
+            raise TransportError(f"rank {rank}: torch.distributed is not initialized (no default process group)")
+        self.group = group
 
     def _deliver(self, payload: Payload, dst: int, shape: Sequence[int], dtype: torch.dtype) -> int:
         buf = frame(payload, shape, dtype, self.device)
@@ -446,13 +435,6 @@ class DistTransport(Transport):
             if t.requires_grad:
                 t = t.detach()
             body = t if t.is_contiguous() else t.contiguous()
-            if not body.is_complex():  # the common case inlined (one Python frame less per message)
-                try:
-                    work = (self._group or self.group).send([body], dst, 0)
-                except Exception as e:
-                    raise TransportError(f"rank {self.rank}: sending to rank {dst} failed: {_first_line(e)}") from e
-                self._pending.append((work, body))
-                return body.numel() * body.element_size()
         else:
             body = torch.cat([t.detach().reshape(-1).view(torch.uint8) for t in payload])
         self._send_tensors(dst, (body,))
@@ -464,10 +446,10 @@ class DistTransport(Transport):
             if len(metas) == 1:
                 dt, shp = metas[0]
                 out = torch.empty(shp, dtype=dt, device=self.device)
-                (self._group or self.group).recv([out], src, 0).wait()
+                self.group.recv([out], src, 0).wait()
                 return (out,)
             buf = torch.empty(_layout_nbytes(layout), dtype=torch.uint8, device=self.device)
-            (self._group or self.group).recv([buf], src, 0).wait()
+            self.group.recv([buf], src, 0).wait()
         except Exception as e:
             raise TransportError(
                 f"rank {self.rank}: receiving from rank {src} failed (peer died or stalled?): {_first_line(e)}"
@@ -485,9 +467,9 @@ class DistTransport(Transport):
     def _receive_framed(self, src: int) -> tuple[Payload, torch.Size, torch.dtype]:
         try:
             prefix = torch.empty(1, dtype=torch.int64, device=self.device)
-            (self._group or self.group).recv([prefix], src, 0).wait()
+            self.group.recv([prefix], src, 0).wait()
             buf = torch.empty(int(prefix.item()), dtype=torch.uint8, device=self.device)
-            (self._group or self.group).recv([buf], src, 0).wait()
+            self.group.recv([buf], src, 0).wait()
         except Exception as e:
             raise TransportError(
                 f"rank {self.rank}: receiving from rank {src} failed (peer died or stalled?): {_first_line(e)}"
