@@ -67,7 +67,7 @@ DESCRIPTION = {
     "unit": "nats/char",
     "chance": 4.17,
     "chance_note": "uniform over the 65 characters; the character frequencies alone score 3.35",
-    "targets": {"smoke": 3.5, "quick": 2.35, "full": 1.55, "gpu": 1.7},
+    "targets": {"smoke": 3.5, "quick": 2.35, "plateau": 2.25, "full": 1.55, "gpu": 1.7},
     "page": "Tiny Shakespeare character-level language modelling: a GPT decoder (nanoGPT's shakespeare-char in the full tier) pretrained from scratch. Metric: validation loss in nats (lower is better).",
     "cpu_note": "at 10% sparsity every sparsifier ends near the loss of predicting character frequencies (3.35 nats), so this task ranks sparsifiers only as 'collapsed'.",
 }
@@ -101,6 +101,19 @@ class Shakespeare(Task):
         # of 64 chars seen ~4.7 times, 256 validation windows; the loss still falls at 150 steps, so 300
         "quick": TierBudget(
             steps=300,
+            batch_size=32,
+            microbatches=4,
+            eval_every=60,
+            lr=3e-3,
+            eval_samples=256,
+            train_samples=2048,
+            warmup_steps=20,
+            extra={"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "dropout": 0.0, "subspace_rank": 16},
+        ),
+        # the quick tier's baby GPT trained until its validation loss flattens on the 2048-window
+        # pool (~9.4 visits); docs/reproductions.md, "The plateau tier"
+        "plateau": TierBudget(
+            steps=600,
             batch_size=32,
             microbatches=4,
             eval_every=60,
