@@ -23,6 +23,8 @@ import pandas as pd
 
 from leaderboard.networks import network_profiles
 from suite.results import network as model
+from suite.results.network.timing_inputs import interpolate_target_step
+from suite.results.task_catalog import describe as describe_task
 from suite.results.records import (  # the record schema's byte directions and key lists
     DIRECTIONS,
     IDENTITY_KEYS,
@@ -209,16 +211,45 @@ def _spec_label(specs: dict[str, Any], fallback: str) -> str:
     )
 
 
-def _modeled(r: dict[str, Any]) -> tuple[dict[str, Any], float]:
+def board_target(r: dict[str, Any]) -> tuple[float, float | None, float | None] | None:
+    """(target, interpolated steps to it, first evaluated step at it) of a record written under a
+    target its task has since revised (``DESCRIPTION["superseded_targets"]``: the record's stored
+    target is listed there for its tier), met on the record's own curve; None when the record's
+    own target stands. So a target found too loose (worse than the trivial predictor, or never
+    reached by the baseline) is revised once, in the task module, and applies to every record
+    written before the revision."""
+    stored = _num(r.get("target"))
+    desc = describe_task(_str(r.get("task")))
+    tier = _str(r.get("tier"))
+    if desc is None or stored not in desc.superseded_targets.get(tier, ()) or tier not in desc.targets:
+        return None
+    target = desc.targets[tier]
+    hib = r.get("higher_is_better") if isinstance(r.get("higher_is_better"), bool) else True
+    points = []
+    for pt in r.get("curve") or []:
+        if isinstance(pt, dict):
+            step, metric = _num(pt.get("step")), _num(pt.get("metric"))
+            if step == step and metric == metric:
+                points.append((step, metric))
+    first = next((s for s, m in points if (m >= target if hib else m <= target)), None)
+    return target, interpolate_target_step(points, target, hib), first
+
+
+def _modeled(r: dict[str, Any], target_step: float | None | str = "stored") -> tuple[dict[str, Any], float]:
     """(the record's modeled times per profile, the model version they come from). A record
     written by an older network model (``model_version`` below
     :data:`suite.results.network.MODEL_VERSION`, or none) is re-modeled here from its stored
     ``timing_inputs`` at its named profiles, so the board ranks every record by one model;
-    a record without usable inputs keeps its stored times (its version: NaN if unknown)."""
+    so is a record whose inputs' ``target_step`` is not ``target_step`` (the board's, from
+    :func:`board_target`; ``"stored"``: keep the inputs'). A record without usable inputs keeps
+    its stored times (its version: NaN if unknown)."""
     stored = _dict(r.get("modeled"))
     version = r.get("model_version")
     version = version if isinstance(version, int) and not isinstance(version, bool) else None
     timing = r.get("timing_inputs")
+    if isinstance(timing, dict) and target_step != "stored" and not _same_step(timing.get("target_step"), target_step):
+        timing = {**timing, "target_step": target_step}
+        version = None  # the stored times answer another target step
     if version == model.MODEL_VERSION or not isinstance(timing, dict):
         return stored, math.nan if version is None else float(version)
     profiles = tuple(p for p in stored if p in model.PROFILES)
@@ -227,6 +258,12 @@ def _modeled(r: dict[str, Any]) -> tuple[dict[str, Any], float]:
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # untrusted stored inputs
         return stored, math.nan if version is None else float(version)
     return {**stored, **fresh}, float(model.MODEL_VERSION)
+
+
+def _same_step(a: Any, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return isinstance(a, (int, float)) and abs(float(a) - b) <= 1e-9 * max(1.0, abs(b))
 
 
 @lru_cache(maxsize=4096)
@@ -416,7 +453,12 @@ def _flatten(
     row["link"] = _str(net.get("link"))
     row["measured_link_step_s"] = _num(_dict(net.get("measured")).get("step_s"))
     row["modeled_link_step_s"] = _num(_dict(_dict(net.get("modeled")).get("as_emulated")).get("step_s"))
-    modeled, row["model_version"] = _modeled(r)
+    revised = board_target(r) if ok else None
+    target_step: float | None | str = "stored"
+    if revised is not None:
+        row["target"], target_step, first = revised
+        row["reached_target_step"] = math.nan if first is None else first
+    modeled, row["model_version"] = _modeled(r, target_step)
     for prof, m in modeled.items():
         m = _dict(m)
         row[f"time_to_target_s@{prof}"] = _num(m.get("time_to_target_s"))

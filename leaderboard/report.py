@@ -246,7 +246,9 @@ def write_report(frame: pd.DataFrame, opts: ReportOptions, out: TextIO, *, links
 
 
 def write_claims(frame: pd.DataFrame, fmt: str, out: TextIO) -> None:
-    """The seed papers' claims (:mod:`leaderboard.claims`) with their verdicts from ``frame``."""
+    """The seed papers' claims (:mod:`leaderboard.claims`) with their verdicts from ``frame``: per
+    claim the verdict, the effect with its interval and test, and the tier's state (plateaued or
+    not, floor or not, same machine class or not)."""
     from leaderboard.claims import claims_table, judge, load_claims
 
     if fmt not in FORMATS:
@@ -259,10 +261,10 @@ def write_claims(frame: pd.DataFrame, fmt: str, out: TextIO) -> None:
         out.write(markdown(table) + "\n")
         return
     out.write("reproductions: the seed papers' claims against the records (leaderboard/claims.yaml)\n")
+    keys = ("finding", "configuration", "vs", "seeds", "effect (+ = better)", "test", "MDD", "expected")
     for r in terminal(table).to_dict("records"):
         out.write("\n" + f"{r['verdict'].upper()}: {r['claim']} ({r['paper']}, {r['task / tier']})" + "\n")
-        for key in ("finding", "configuration", "vs", "seeds", "effect (+ = better)", "test", "MDD", "expected", "why"):
-            k = key
+        for k in (*keys, "tier state", "why", "with / without compression at evaluation"):
             out.write(
                 "\n".join(textwrap.wrap(f"{k}: {r[k]}", REPORT_WIDTH, initial_indent="  ", subsequent_indent="    "))
                 + "\n"

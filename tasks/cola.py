@@ -26,6 +26,8 @@ DESCRIPTION = {
     "metric_range": [-1.0, 1.0],
     "chance": 0.0,
     "chance_note": "any constant predictor",
+    "trivial": 0.0,
+    "trivial_note": "any constant predictor (Matthews correlation 0)",
     "targets": {"smoke": 0.05, "quick": 0.1, "full": 0.35, "gpu": 0.3},
     "page": "GLUE CoLA grammatical acceptability: the pretrained MiniLM encoder fine-tuned on single sentences, split into stages as for sst2. Metric: Matthews correlation on the dev set (GLUE's official CoLA metric).",
     "cpu_note": "not in the quick tier. With the first 3 MiniLM layers and 128 steps of 16 sentences, the uncompressed run stays at the constant predictor (Matthews correlation -0.021 and 0.000 on seeds 0 and 1, at every evaluation from step 32 to 128; measured 2026-11-25), so no compressor can be told apart from it. Rank compressors on CoLA in the gpu or full tier.",

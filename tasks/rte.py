@@ -27,6 +27,8 @@ DESCRIPTION = {
     "metric_range": [0.0, 1.0],
     "chance": 0.527,
     "chance_note": "the majority class of the dev set",
+    "trivial": 0.527,
+    "trivial_note": "predicting the majority class of the dev set",
     "targets": {"smoke": 0.55, "quick": 0.55, "full": 0.6, "gpu": 0.6},
     "page": "GLUE RTE textual entailment: the pretrained MiniLM encoder fine-tuned on sentence pairs, split into stages as for sst2. Metric: dev accuracy (GLUE's official RTE metric).",
     "cpu_note": "not in the quick tier: with the first 3 MiniLM layers and 64 steps the uncompressed run ends at 0.563 / 0.556 accuracy (seeds 0, 1; measured 2026-11-26), 3-4 points above the majority class (0.527) and inside the 3-point binomial sd of the 277 dev pairs, so no compressor can be told apart from it on this budget (each cell also costs twice sst2's CPU: its pairs need 128 tokens). Rank compressors on RTE in the gpu or full tier.",

@@ -67,6 +67,8 @@ DESCRIPTION = {
     "unit": "nats/char",
     "chance": 4.17,
     "chance_note": "uniform over the 65 characters; the character frequencies alone score 3.35",
+    "trivial": 3.35,
+    "trivial_note": "the training split's character frequencies (a unigram model), the best predictor that ignores context",
     "targets": {"smoke": 3.5, "quick": 2.35, "plateau": 2.25, "full": 1.55, "gpu": 1.7},
     "page": "Tiny Shakespeare character-level language modelling: a GPT decoder (nanoGPT's shakespeare-char in the full tier) pretrained from scratch. Metric: validation loss in nats (lower is better).",
     "cpu_note": "at 10% sparsity every sparsifier ends near the loss of predicting character frequencies (3.35 nats), so this task ranks sparsifiers only as 'collapsed'.",

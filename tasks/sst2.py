@@ -216,6 +216,8 @@ DESCRIPTION = {
     "metric_range": [0.0, 1.0],
     "chance": 0.5,
     "chance_note": "balanced dev set",
+    "trivial": 0.509,
+    "trivial_note": "predicting the majority class (positive) for all 872 dev sentences",
     "targets": {"smoke": 0.55, "quick": 0.73, "plateau": 0.75, "full": 0.88, "gpu": 0.85},
     "page": "GLUE SST-2 sentiment classification: a pretrained MiniLM encoder fine-tuned, its layers split into stages. Metric: dev accuracy.",
 }

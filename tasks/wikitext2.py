@@ -172,7 +172,13 @@ DESCRIPTION = {
     "metrics": ["val_loss", "perplexity"],
     "chance": 10.82,
     "chance_note": "uniform over GPT-2's 50,257 tokens; the training split's unigram frequencies score 6.65",
-    "targets": {"smoke": 10.7, "quick": 7.0, "gpu": 5.5, "full": 5.3},
+    "trivial": 6.65,
+    "trivial_note": "the training split's unigram token frequencies",
+    "targets": {"smoke": 10.7, "quick": 6.1, "gpu": 5.5, "full": 5.3},
+    # quick was 7.0, above the unigram predictor's 6.65: a collapsed model met it. 6.1 beats the
+    # unigram by more than the quick tier's MDD (0.50 at 3 vs 3 seeds) and every committed
+    # uncompressed seed meets it (5.68 / 6.01 / 5.59 at step 120)
+    "superseded_targets": {"quick": [7.0]},
     "page": "WikiText-2 language modelling: GPT-2 (Hugging Face GPT2LMHeadModel; GPT-2 small in the gpu and full tiers, a narrow one on the CPU; token embedding and LM head untied across stages) pretrained from scratch with GPT-2's BPE tokenizer. Metrics: validation loss per token in nats (lower is better) and perplexity; the full tier evaluates on the test split.",
     "cpu_note": "three seeds of the uncompressed run (val_loss 5.679 / 6.011 / 5.589 at 120 steps; sd 0.222, so differences below about half a nat are not resolved with 3 vs 3 seeds). TopK at 10% (6.672) and PowerSGD rank 4 (6.689) end at the loss of the training split's unigram frequencies (6.65), while fp8 (5.695) and the autoencoder forward (5.892) stay inside the uncompressed spread (seed 0 each): like shakespeare, this tier tells 'collapsed to a frequency predictor' from 'learned', not finer (measured 2026-11-26).",
 }

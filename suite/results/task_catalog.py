@@ -15,6 +15,8 @@ never runs task code. Example::
         "metrics": ["matthews_corr"],          # + secondary metrics, recorded in curve points
         "metric_range": [-1.0, 1.0],           # optional; records outside it are rejected
         "chance": 0.0, "chance_note": "any constant predictor",
+        "trivial": 0.0, "trivial_note": "...",  # the strongest trivial predictor (majority class,
+                                               # unigram frequencies): what a target must beat
         "targets": {"smoke": 0.05, "quick": 0.1, "gpu": 0.3, "full": 0.35},
         "page": "GLUE CoLA grammatical acceptability: ...",   # one paragraph for the page
         "cpu_note": "",                        # what the CPU (quick) tier cannot resolve
@@ -36,7 +38,7 @@ __all__ = ["TaskDescription", "CatalogError", "task_dirs", "read_description", "
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 REQUIRED = ("name", "family", "metric", "higher_is_better", "chance", "targets", "page")
-OPTIONAL = ("metrics", "metric_range", "chance_note", "cpu_note", "unit")
+OPTIONAL = ("metrics", "metric_range", "chance_note", "cpu_note", "unit", "trivial", "trivial_note", "superseded_targets")
 
 
 class CatalogError(ValueError):
@@ -59,7 +61,17 @@ class TaskDescription:
     chance_note: str = ""
     cpu_note: str = ""
     unit: str = ""
+    trivial: float | None = None
+    trivial_note: str = ""
+    # tier -> targets this tier had before a revision: records written under one of them are
+    # read under the current target (leaderboard.frame.board_target)
+    superseded_targets: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     source: str = field(default="", compare=False)
+
+    @property
+    def trivial_score(self) -> float:
+        """The metric of the strongest trivial predictor (``trivial``; ``chance`` when not stated)."""
+        return self.chance if self.trivial is None else self.trivial
 
     @property
     def direction(self) -> str:
@@ -70,6 +82,10 @@ class TaskDescription:
         chance = f"{self.metric} of a trivial predictor: {self.chance:g}" + (
             f" ({self.chance_note})" if self.chance_note else ""
         )
+        if self.trivial is not None:
+            chance += f"; the strongest trivial predictor: {self.trivial:g}" + (
+                f" ({self.trivial_note})" if self.trivial_note else ""
+            )
         parts = [self.page.strip(), f"Metric: {self.metric} ({self.direction}); {chance}."]
         if self.cpu_note:
             parts.append(f"CPU tier: {self.cpu_note.strip()}")
@@ -128,6 +144,14 @@ def read_description(path: Path) -> TaskDescription | None:
         raise CatalogError(f"{path}: DESCRIPTION targets must map tier names to finite numbers")
     if not isinstance(d["higher_is_better"], bool) or not isinstance(d["chance"], (int, float)):
         raise CatalogError(f"{path}: DESCRIPTION higher_is_better must be a bool and chance a number")
+    trivial = d.get("trivial")
+    if trivial is not None and not (isinstance(trivial, (int, float)) and math.isfinite(trivial)):
+        raise CatalogError(f"{path}: DESCRIPTION trivial must be a finite number (the trivial predictor's metric)")
+    superseded = d.get("superseded_targets") or {}
+    if not isinstance(superseded, dict) or not all(
+        isinstance(v, (list, tuple)) and all(isinstance(x, (int, float)) for x in v) for v in superseded.values()
+    ):
+        raise CatalogError(f"{path}: DESCRIPTION superseded_targets must map tier names to lists of numbers")
     rng = d.get("metric_range")
     if rng is not None and not (isinstance(rng, (list, tuple)) and len(rng) == 2 and rng[0] < rng[1]):
         raise CatalogError(f"{path}: DESCRIPTION metric_range must be [low, high]")
@@ -147,6 +171,9 @@ def read_description(path: Path) -> TaskDescription | None:
         chance_note=str(d.get("chance_note", "")),
         cpu_note=str(d.get("cpu_note", "")),
         unit=str(d.get("unit", "")),
+        trivial=None if trivial is None else float(trivial),
+        trivial_note=str(d.get("trivial_note", "")),
+        superseded_targets={str(k): tuple(float(x) for x in v) for k, v in superseded.items()},
         source=str(path),
     )
 
