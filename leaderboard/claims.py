@@ -379,8 +379,8 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
         seeds=min(len(a), len(b)),
     )
     if len(a) < 2 or len(b) < 2:
-        if not len(arm) and not len(ref):
-            why = "no records at this tier"
+        if not len(arm) or not len(ref):
+            why = f"no records at this tier ({c.compressor if not len(arm) else c.compare_to})"
         else:
             why = f"{len(a)} seed(s) of {c.compressor}, {len(b)} of {c.compare_to} in the records (2 or more each needed)"
         return Verdict(c, metric, len(a), len(b), nan, nan, nan, nan, nan, nan, "", nan, NOT_TESTABLE, why, state,

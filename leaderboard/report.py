@@ -12,6 +12,7 @@ A bad option (unknown rule or network) raises ``ValueError`` naming the valid on
 
 from __future__ import annotations
 
+import math
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -272,43 +273,73 @@ def write_claims(frame: pd.DataFrame, fmt: str, out: TextIO) -> None:
         out.write(f"  means: {r['means']}\n")
 
 
-def score_table(result: Any) -> pd.DataFrame:
-    """The benchmark score as text cells (:class:`leaderboard.score.ScoreResult`)."""
+def score_table(result: Any, *, ranked: bool = True) -> pd.DataFrame:
+    """The benchmark score as text cells (:class:`leaderboard.score.ScoreResult`): the headline's
+    rows (``ranked``: rows with the tier's seeds on every task) or the rows listed apart."""
     rows = []
-    for r in result.table.to_dict("records"):
+    table = result.table
+    if "ranked" in table:
+        table = table[table["ranked"] == ranked]
+    for r in table.to_dict("records"):
+        progress = r.get("progress", math.nan)
         rows.append(
             {
-                "rank": str(len(rows) + 1),
+                "rank": str(len(rows) + 1) if ranked else "-",
                 "entry / compressor": r["row"],
                 "score": f"{r['score']:.3f}",
                 "± sd (seed resampling)": "-" if r["score_sd"] != r["score_sd"] else f"{r['score_sd']:.3f}",
                 "5-95%": "-" if r["score_p5"] != r["score_p5"] else f"{r['score_p5']:.3f}-{r['score_p95']:.3f}",
                 "first in": "-" if r["first_in"] != r["first_in"] else f"{r['first_in']:.0%}",
                 "fastest / reached / pairs": f"{r['pairs_fastest']} / {r['pairs_reached']} / {r['n_pairs']}",
+                "quality to target": "-" if progress != progress else f"{progress:.0%}",
                 "seeds": str(r["seeds"]),
             }
         )
     return pd.DataFrame(rows)
 
 
+def score_text(result: Any, tier: str) -> str:
+    """The paragraph above the score table: what the score is, the pairs and their regime weights,
+    the rows left out, the spread."""
+    from leaderboard.score import TAU_MAX
+    from leaderboard.statistics import tier_seeds
+
+    regimes: dict[str, list[str]] = {}
+    for (t, n), reg in result.regimes.items():
+        regimes.setdefault(reg, []).append(f"{t}@{n}")
+    weights = "; ".join(f"{reg}: {', '.join(v)}" for reg, v in sorted(regimes.items())) or "none"
+    apart = int((~result.table["ranked"]).sum()) if "ranked" in result.table else 0
+    return (
+        f"benchmark score ({tier} tier): the performance profile's area over tau in [1, {TAU_MAX:g}] "
+        f"(1 = fastest to the target on every pair; a target not reached by every seed counts as never), each "
+        f"(task, network) pair weighted so that every task counts once and, within a task, every network regime "
+        f"once (near-duplicate networks share their regime's weight). Regimes (the uncompressed run's modeled "
+        f"time against its fastest network: up to 1.1x compute-bound, 2x or more communication-bound): {weights}. "
+        f"Ties (e.g. rows that never reach the target) are ordered by quality to target: the share of the way from "
+        f"the task's trivial predictor to its target that the row's mean final metric covers. The headline ranks "
+        f"rows with the tier's {tier_seeds(tier)} seeds on every task"
+        + (f"; {apart} row(s) with fewer are listed apart, scored against the headline's fastest" if apart else "")
+        + ". "
+        + (f"Left out (not run on every task): {', '.join(result.left_out)}. " if result.left_out else "")
+        + f"Spread: {result.resamples} bootstrap draws of each ranked row's seeds."
+    )
+
+
 def write_score(frame: pd.DataFrame, fmt: str, out: TextIO, *, tier: str = "quick") -> None:
     """The benchmark score (:mod:`leaderboard.score`) of ``tier``: the table and the pairs it covers."""
-    from leaderboard.score import TAU_MAX, benchmark_score
+    from leaderboard.score import benchmark_score
 
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
     result = benchmark_score(aggregate(frame), tier=tier)
-    table = score_table(result)
     if fmt == "csv":
         result.table.to_csv(out, index=False)
         return
-    pairs = ", ".join(f"{t}@{n}" for t, n in result.pairs) or "none"
-    head = (
-        f"benchmark score ({tier} tier): the performance profile's area over tau in [1, {TAU_MAX:g}] "
-        f"(1 = fastest to the target on every pair; a target not reached by every seed counts as never). "
-        f"Pairs ({len(result.pairs)}): {pairs}. "
-        + (f"Left out (not run on every task): {', '.join(result.left_out)}. " if result.left_out else "")
-        + f"Spread: {result.resamples} bootstrap draws of each row's seeds (a 1-seed row cannot show its own spread)."
-    )
-    out.write("\n".join(textwrap.wrap(plain(head), REPORT_WIDTH)) + "\n\n")
-    out.write((markdown(table) if fmt == "markdown" else terminal(table).to_string(index=False)) + "\n")
+    out.write("\n".join(textwrap.wrap(plain(score_text(result, tier)), REPORT_WIDTH)) + "\n\n")
+    for ranked in (True, False):
+        table = score_table(result, ranked=ranked)
+        if ranked is False:
+            if table.empty:
+                break
+            out.write("\nlisted apart (fewer seeds than the tier's on some task; not ranked):\n\n")
+        out.write((markdown(table) if fmt == "markdown" else terminal(table).to_string(index=False)) + "\n")

@@ -32,7 +32,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from leaderboard.frame import BASELINE
 from leaderboard.networks import network_profiles
+from leaderboard.statistics import tier_seeds
+from suite.results.task_catalog import describe as describe_task
 
 __all__ = ["TAU_MAX", "ScoreResult", "benchmark_score", "profile_score"]
 
@@ -49,6 +52,8 @@ class ScoreResult:
     pairs: list[tuple[str, str]]
     left_out: list[str] = field(default_factory=list)
     resamples: int = 0
+    weights: list[float] = field(default_factory=list)  # per pair (regime weights, mean 1)
+    regimes: dict[tuple[str, str], str] = field(default_factory=dict)  # (task, profile) -> regime
 
 
 def _row_time(times: dict[int, float]) -> float:
@@ -83,9 +88,11 @@ def benchmark_score(
     resamples: int = 200,
     seed: int = 0,
     taus: np.ndarray | None = None,
+    full_seeds: int | None = None,
 ) -> ScoreResult:
     """Performance profiles and scores of the rows of ``agg`` (:func:`leaderboard.statistics.aggregate`)
-    in ``tier`` (see the module docstring)."""
+    in ``tier`` (see the module docstring). ``full_seeds``: the seeds a row needs on every task
+    to be ranked in the headline (default: the tier's, :func:`leaderboard.statistics.tier_seeds`)."""
     sub = agg[(agg["tier"] == tier) & (agg["n"] > 0)]
     profiles = networks or network_profiles(sub)
     profiles = [p for p in profiles if f"times@{p}" in sub]
@@ -104,36 +111,62 @@ def benchmark_score(
     if len(rows) < 1 or not tasks:
         return ScoreResult(empty.table, empty.curves, [], [_name(k) for k in left_out])
     pairs = [(t, p) for t in tasks for p in profiles]
-    by_key: dict[tuple, dict] = {}
-    for r in sub.sort_values("n", kind="stable").to_dict("records"):  # per task, the setup with the most seeds
-        by_key[(r["task"], *[r[c] for c in ROW])] = r
+    by_key = _matched_rows(sub, tasks)
+    weights = _regime_weights(by_key, tasks, profiles)
     seed_times = [[by_key[(t, *k)][f"times@{p}"] or {} for t, p in pairs] for k in rows]
+    n_seeds = [min((len(st) for st in row), default=0) for row in seed_times]
+    need = tier_seeds(tier) if full_seeds is None else full_seeds
+    ranked = [n >= need for n in n_seeds]
+    if not any(ranked):  # nobody has the tier's seeds: rank everyone, the table says how many each has
+        ranked = [True] * len(rows)
     times = np.array([[_row_time(st) for st in row] for row in seed_times])
-    ratios = _ratios(times)
-    scores = [profile_score(list(r)) for r in ratios]
+    # the headline's ratios are to the fastest ranked row; a row listed apart is measured against the same
+    best = np.min(times[np.array(ranked)], axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratios = times / best
+    ratios[~np.isfinite(ratios)] = np.inf
+    scores = [_weighted_score(r, weights) for r in ratios]
+    progress = [_progress(by_key, tasks, k, tier) for k in rows]
     # bootstrap over seeds: each row's seeds drawn with replacement, per pair from the same draw per task
-    boot = _bootstrap(seed_times, pairs, resamples, seed)
+    idx = [i for i in range(len(rows)) if ranked[i]]
+    boot = _bootstrap([seed_times[i] for i in idx], pairs, resamples, seed, weights)
     first = np.argmax(boot, axis=1) if resamples else np.array([], dtype=int)
+    boot_of = {i: j for j, i in enumerate(idx)}
+
+    def _stat(i: int, fn) -> float:  # noqa: ANN001 - a reduction over the row's draws
+        return float(fn(boot[:, boot_of[i]])) if i in boot_of and resamples else math.nan
+
     table = pd.DataFrame(
         {
             "entry": [k[0] for k in rows],
             "compressor": [k[1] for k in rows],
             "score": scores,
-            "score_sd": boot.std(axis=0, ddof=1) if resamples > 1 else math.nan,
-            "score_p5": np.percentile(boot, 5, axis=0) if resamples else math.nan,
-            "score_p95": np.percentile(boot, 95, axis=0) if resamples else math.nan,
-            "first_in": [float(np.mean(first == i)) if resamples else math.nan for i in range(len(rows))],
+            "score_sd": [_stat(i, lambda b: b.std(ddof=1)) if resamples > 1 else math.nan for i in range(len(rows))],
+            "score_p5": [_stat(i, lambda b: np.percentile(b, 5)) for i in range(len(rows))],
+            "score_p95": [_stat(i, lambda b: np.percentile(b, 95)) for i in range(len(rows))],
+            "first_in": [
+                float(np.mean(first == boot_of[i])) if i in boot_of and resamples else math.nan
+                for i in range(len(rows))
+            ],
             "pairs_fastest": [int(np.sum(r == 1.0)) for r in ratios],
             "pairs_reached": [int(np.sum(np.isfinite(r))) for r in ratios],
             "n_pairs": len(pairs),
-            "seeds": [min((len(st) for st in row), default=0) for row in seed_times],
+            "seeds": n_seeds,
+            "ranked": ranked,
+            "progress": progress,
         }
     )
     label = {k: _name(k) for k in rows}
     table["row"] = [label[k] for k in rows]
-    table = table.sort_values(["score", "row"], ascending=[False, True], kind="stable").reset_index(drop=True)
-    # per row and tau, the fraction of pairs within tau: rows x taus (a count over n pairs, divided once)
-    within = (ratios[:, None, :] <= np.asarray(taus, dtype=float)[None, :, None]).sum(axis=2) / ratios.shape[1]
+    table["_p"] = table["progress"].fillna(-1.0)
+    table = table.sort_values(
+        ["ranked", "score", "_p", "row"], ascending=[False, False, False, True], kind="stable"
+    ).drop(columns="_p")
+    table = table.reset_index(drop=True)
+    # per row and tau, the weighted fraction of pairs within tau: rows x taus
+    w = np.asarray(weights, dtype=float)
+    within = ((ratios[:, None, :] <= np.asarray(taus, dtype=float)[None, :, None]) * w[None, None, :]).sum(axis=2)
+    within = within / w.sum()
     curves = pd.DataFrame(
         {
             "row": np.repeat([label[k] for k in rows], len(taus)).tolist(),
@@ -142,10 +175,114 @@ def benchmark_score(
         },
         columns=["row", "tau", "fraction"],
     )
-    return ScoreResult(table, curves, pairs, [_name(k) for k in left_out], resamples)
+    regimes = _regimes(by_key, tasks, profiles)
+    return ScoreResult(table, curves, pairs, [_name(k) for k in left_out], resamples, list(weights), regimes)
 
 
-def _bootstrap(seed_times: list[list[dict]], pairs: list[tuple[str, str]], resamples: int, seed: int) -> np.ndarray:
+def _weighted_score(ratios: np.ndarray, weights: list[float]) -> float:
+    """The profile's area with each pair weighted (equal weights: :func:`profile_score`)."""
+    if not len(ratios):
+        return math.nan
+    area = [max(0.0, TAU_MAX - max(1.0, r)) for r in ratios]
+    return sum(a * w for a, w in zip(area, weights)) / ((TAU_MAX - 1.0) * sum(weights))
+
+
+def _matched_rows(sub: pd.DataFrame, tasks: list[str]) -> dict[tuple, dict]:
+    """(task, entry, compressor) -> the aggregate row scored for it. A compressor's row on a task is
+    its best-sampled (setup, machine class), preferring the machine class of its baseline; the
+    ``none`` row of an entry is the one the rankings compare that entry's other rows with
+    (:func:`leaderboard.statistics.aggregate`'s ``baseline_setup`` / ``baseline_machine``: the
+    same setup-matching), so a tp=2 ``none`` is never taken for the pipeline rows' baseline."""
+    recs = sub.to_dict("records")
+    cand: dict[tuple, list[dict]] = {}
+    for r in recs:
+        cand.setdefault((r["task"], *[r[c] for c in ROW]), []).append(r)
+    out: dict[tuple, dict] = {}
+    for key, options in cand.items():
+        if key[2] == BASELINE:
+            continue
+        out[key] = max(
+            options,
+            key=lambda r: (r["n"], r.get("machine", "") == r.get("baseline_machine", ""), str(r.get("setup", ""))),
+        )
+    for key, options in cand.items():
+        if key[2] != BASELINE:
+            continue
+        task, entry = key[0], key[1]
+        votes: dict[tuple, int] = {}
+        for k, r in out.items():
+            if k[0] == task and r.get("baseline_entry", entry) == entry and r.get("baseline_setup") is not None:
+                b = (r.get("baseline_setup"), r.get("baseline_machine"))
+                votes[b] = votes.get(b, 0) + 1
+        chosen = None
+        if votes:
+            (setup, machine), _ = max(votes.items(), key=lambda kv: (kv[1], str(kv[0])))
+            chosen = next((r for r in options if r.get("setup") == setup and r.get("machine") == machine), None)
+        out[key] = chosen or max(options, key=lambda r: (r["n"], str(r.get("setup", ""))))
+    return out
+
+
+def _regimes(by_key: dict[tuple, dict], tasks: list[str], profiles: list[str]) -> dict[tuple[str, str], str]:
+    """(task, profile) -> regime: how much the task's uncompressed run slows on that network against
+    its fastest profile (modeled total time): up to 1.1x ``compute-bound``, 2x or more
+    ``communication-bound``, else ``balanced``; ``unknown`` without a baseline's times."""
+    out: dict[tuple[str, str], str] = {}
+    for t in tasks:
+        base = next((r for k, r in by_key.items() if k[0] == t and k[2] == BASELINE), None)
+        totals = [float(base.get(f"total_s@{p}", math.nan)) if base else math.nan for p in profiles]
+        fastest = min((x for x in totals if x == x and x > 0), default=math.nan)
+        for p, x in zip(profiles, totals):
+            if not (x == x and fastest == fastest):
+                out[(t, p)] = "unknown"
+            elif x <= 1.1 * fastest:
+                out[(t, p)] = "compute-bound"
+            elif x >= 2.0 * fastest:
+                out[(t, p)] = "communication-bound"
+            else:
+                out[(t, p)] = "balanced"
+    return out
+
+
+def _regime_weights(by_key: dict[tuple, dict], tasks: list[str], profiles: list[str]) -> list[float]:
+    """One weight per (task, profile) pair: each task counts once, split equally over the regimes
+    its networks fall in (:func:`_regimes`), and a regime's share equally over its networks, so
+    near-duplicate networks (100 Gbps and 10 Gbps, both compute-bound) count once together."""
+    regimes = _regimes(by_key, tasks, profiles)
+    weights = []
+    for t in tasks:
+        names = [regimes[(t, p)] for p in profiles]
+        kinds = set(names)
+        for name in names:
+            weights.append(1.0 / (len(kinds) * names.count(name)))
+    total = sum(weights)
+    return [w * len(weights) / total for w in weights]  # mean weight 1 (equal weights: the plain mean)
+
+
+def _progress(by_key: dict[tuple, dict], tasks: list[str], key: tuple, tier: str) -> float:
+    """The quality axis: over the scored tasks, the mean fraction of the way from the task's trivial
+    predictor to its target that the row's mean final metric covers (clipped to [0, 1]; 1 = at or
+    past the target). Orders the rows the time profile cannot tell apart (e.g. all never reaching
+    the target). NaN when a task has no description or target."""
+    vals = []
+    for t in tasks:
+        r = by_key.get((t, *key))
+        desc = describe_task(t)
+        if r is None or desc is None or tier not in desc.targets or "metric_mean" not in r:
+            return math.nan
+        target, trivial = desc.targets[tier], desc.trivial_score
+        if target == trivial:
+            return math.nan
+        vals.append(min(1.0, max(0.0, (float(r["metric_mean"]) - trivial) / (target - trivial))))
+    return sum(vals) / len(vals) if vals else math.nan
+
+
+def _bootstrap(
+    seed_times: list[list[dict]],
+    pairs: list[tuple[str, str]],
+    resamples: int,
+    seed: int,
+    weights: list[float] | None = None,
+) -> np.ndarray:
     """resamples x rows scores, each row's seeds drawn with replacement (one draw per row and task,
     used for each of the task's pairs; ``random.Random(seed)``, draws in the order: resample, row, task).
 
@@ -182,7 +319,10 @@ def _bootstrap(seed_times: list[list[dict]], pairs: list[tuple[str, str]], resam
         r = t_b / best
     r[~np.isfinite(r)] = np.inf
     area = np.maximum(0.0, TAU_MAX - np.maximum(1.0, r))
-    return np.cumsum(area, axis=2)[:, :, -1] / ((TAU_MAX - 1.0) * len(pairs))
+    if weights is None:
+        return np.cumsum(area, axis=2)[:, :, -1] / ((TAU_MAX - 1.0) * len(pairs))
+    w = np.asarray(weights, dtype=float)
+    return np.cumsum(area * w, axis=2)[:, :, -1] / ((TAU_MAX - 1.0) * float(np.cumsum(w)[-1]))
 
 
 def _randrange_stream(rng: random.Random, bounds: list[int], rounds: int) -> np.ndarray:

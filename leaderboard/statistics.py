@@ -331,7 +331,7 @@ def aggregate(frame: pd.DataFrame, *, spread: Mapping[tuple[str, str], SeedSprea
     - ``n`` (ok seeds), ``n_failed``, ``seeds``, ``metric_name``, ``higher_is_better``,
       ``metric_mean``, ``metric_std`` (sample std, NaN for n < 2), ``metric_uncompressed_mean``.
     - ``delta``: metric_mean minus the mean of the baseline (see the module docstring for
-      whose): ``baseline_entry``, ``baseline_kind`` (``"own"`` / ``"maintainers"`` / ``""``),
+      whose): ``baseline_entry``, ``baseline_setup``, ``baseline_machine`` (the row it is), ``baseline_kind`` (``"own"`` / ``"maintainers"`` / ``""``),
       ``baseline_same_machine``, ``baseline_same_code`` (a code version in common);
       ``p_value``: Welch's t-test of the seeds against the baseline's seeds, NaN when either
       has n < 2; ``significance``: :func:`significance_marker`, ``"baseline"`` on the
@@ -473,6 +473,8 @@ def _add_deltas(agg: pd.DataFrame, spread: Mapping[tuple[str, str], SeedSpread])
     n_rows = len(rows)
     out: dict[str, list[Any]] = {
         "baseline_entry": [""] * n_rows,
+        "baseline_setup": [""] * n_rows,
+        "baseline_machine": [""] * n_rows,
         "baseline_kind": [""] * n_rows,
         "baseline_same_machine": [pd.NA] * n_rows,
         "baseline_same_code": [pd.NA] * n_rows,
@@ -494,6 +496,8 @@ def _add_deltas(agg: pd.DataFrame, spread: Mapping[tuple[str, str], SeedSpread])
         base = rows[b]
         out["_baseline_row"][i] = b
         out["baseline_entry"][i] = base["entry"]
+        out["baseline_setup"][i] = base["setup"]
+        out["baseline_machine"][i] = base["machine"]
         out["baseline_kind"][i] = kind
         out["baseline_same_machine"][i] = base["machine"] == r["machine"]
         out["baseline_same_code"][i] = bool(set(base["code_versions"]) & set(r["code_versions"]))

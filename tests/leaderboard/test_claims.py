@@ -1,23 +1,31 @@
-"""The reproductions: claims as data, judged against records (issue 24, item 4)."""
+"""The reproductions: claims as data, judged against records with the tier's state (issues 24, 36)."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from leaderboard.claims import Claim, claims_table, judge, load_claims
+from leaderboard.claims import NOT_TESTABLE, Claim, claims_table, judge, last_quarter_gain, load_claims
 from leaderboard.frame import to_frame
 from suite.bench.cli import main
 from suite.bench.matrix_file import _entry, load_matrix
 
 
-def _frame(lb, values: dict[str, list[float]], task: str = "cifar10", uncompressed: dict | None = None):
+def _frame(lb, values, task="cifar10", uncompressed=None, gain=0.0, machine=None, setup_stages=None):
+    """Records whose final metrics are ``values[compressor]`` (one per seed); every curve flat over its
+    last quarter but for ``gain`` (in metric units, added over the last 120 of 200 steps)."""
     recs = []
     for comp, vals in values.items():
         for seed, v in enumerate(vals):
             r = lb.make_record(task, comp, seed, record_id=f"{comp}-{seed}")
             r["final_metric"] = v
             r["final_metric_uncompressed"] = (uncompressed or {}).get(comp, vals)[seed]
+            for p in r["curve"]:
+                p["metric"] = v - gain * max(0.0, (200 - p["step"]) / 120)
+            if machine and comp in machine:
+                r["provenance"] = {**r["provenance"], "machine": {**r["provenance"]["machine"], "cpu": machine[comp]}}
+            if setup_stages and comp in setup_stages:
+                r["run"] = {**r["run"], "n_stages": setup_stages[comp]}
             recs.append(r)
     return to_frame(recs).assign(maintainers=True)
 
@@ -27,13 +35,14 @@ def _claim(**kw) -> Claim:
     return Claim(**{**base, "compare_to": "none", "expect": "worse", **kw})
 
 
-def test_worse_better_close_and_not_run_verdicts_on_hand_made_records(lb):
+def test_worse_better_close_and_no_records_verdicts_on_hand_made_records(lb):
     frame = _frame(lb, {"none": [0.50, 0.52, 0.51], "fp16": [0.40, 0.43, 0.41], "bf16": [0.501, 0.519, 0.51]})
     v = judge(_claim(), frame)
     # paired by seed: d = (-0.10, -0.09, -0.10), mean -0.0967, sd 0.00577 -> t = -29.0 on 2 df,
     # two-sided p = 1 - |t| / sqrt(t^2 + 2) = 0.00119
     assert v.test == "paired by seed" and v.effect == pytest.approx(-0.09667, abs=1e-4)
     assert v.p == pytest.approx(0.00119, abs=2e-5) and v.verdict == "reproduced"
+    assert v.state.plateaued is True and v.state.floor is False and v.state.same_machine is True
     assert judge(_claim(expect="better"), frame).verdict == "contradicted"
     close = judge(_claim(compressor="bf16", expect="close", tolerance=0.01), frame)
     assert close.verdict == "reproduced" and -0.01 <= close.low and close.high <= 0.01
@@ -42,24 +51,99 @@ def test_worse_better_close_and_not_run_verdicts_on_hand_made_records(lb):
     wide = judge(_claim(compressor="bf16", expect="close", tolerance=0.001), frame)
     assert wide.verdict == "not resolvable at this tier" and "MDD" in wide.why
     missing = judge(_claim(compressor="topk(ratio=0.05)"), frame)
-    assert missing.verdict == "not run" and "0 seed(s) of topk(ratio=0.05)" in missing.why
+    assert missing.verdict == NOT_TESTABLE and missing.why == "no records at this tier (topk(ratio=0.05))"
+    one = judge(_claim(), frame[~((frame.compressor == "fp16") & (frame.seed > 0))])
+    assert one.verdict == NOT_TESTABLE and "1 seed(s) of fp16" in one.why
+
+
+def test_refuted_when_the_interval_excludes_the_claimed_size(lb):
+    frame = _frame(lb, {"none": [0.50, 0.52, 0.51], "fp16": [0.502, 0.521, 0.511]})
+    # effect +0.0013 with a tight paired interval: a claimed gain of 0.05 or more is ruled out, no opposite effect
+    v = judge(_claim(expect="better", min_effect=0.05), frame)
+    assert v.verdict == "refuted in this configuration" and "excludes the claimed effect of 0.05" in v.why
+    assert judge(_claim(expect="better"), frame).verdict == "not resolvable at this tier"  # no size stated
+    worse = judge(_claim(expect="worse", min_effect=0.05), frame)
+    assert worse.verdict == "refuted in this configuration"
+
+
+def test_not_worse_and_stated_claims(lb):
+    frame = _frame(lb, {"none": [0.50, 0.52, 0.51], "fp16": [0.499, 0.522, 0.509]})
+    assert judge(_claim(expect="not_worse", tolerance=0.01), frame).verdict == "reproduced"
+    stated = judge(_claim(expect="stated"), frame)
+    assert stated.verdict == "measured (no direction stated)" and stated.effect == stated.effect
+
+
+def test_a_baseline_still_climbing_makes_the_claim_not_testable(lb):
+    values = {"none": [0.50, 0.52, 0.51], "fp16": [0.40, 0.43, 0.41]}
+    climbing = judge(_claim(), _frame(lb, values, gain=0.2))
+    # curve: v - 0.2 * (200 - step) / 120 for steps 80..200; at 150 (3/4 of 200): v - 0.0833
+    assert climbing.state.gain == pytest.approx(0.0833, abs=1e-3) and climbing.state.plateaued is False
+    assert climbing.verdict == NOT_TESTABLE and "still gains" in climbing.why
+    assert "not plateaued" in climbing.state.text()
+    # a close claim's tolerance is the limit when it is smaller than the MDD
+    close = judge(_claim(expect="close", tolerance=0.01), _frame(lb, values, gain=0.03))
+    assert close.state.gain_limit == 0.01 and close.verdict == NOT_TESTABLE
+
+
+def test_last_quarter_gain_interpolates_and_signs_by_direction():
+    pts = [(100.0, 0.2), (200.0, 0.4), (400.0, 0.7)]
+    assert last_quarter_gain(pts, True) == pytest.approx(0.15)  # at 300: 0.4 + 0.5 * 0.3 = 0.55; 0.7 - 0.55
+    assert last_quarter_gain([(100.0, 3.0), (200.0, 2.0)], False) == pytest.approx(0.5)  # at 150: 2.5; loss falls
+    assert last_quarter_gain([(10.0, 1.0)], True) != last_quarter_gain([(10.0, 1.0)], True)  # NaN
+
+
+def test_both_sides_at_the_trivial_predictor_is_not_testable(lb):
+    # shakespeare's character frequencies score 3.35 nats: two collapsed rows say nothing
+    frame = _frame(lb, {"none": [3.352, 3.349, 3.351], "fp16": [3.36, 3.362, 3.358]}, task="shakespeare")
+    v = judge(_claim(task="shakespeare"), frame)
+    assert v.state.floor is True and v.verdict == NOT_TESTABLE and "trivial predictor" in v.why
+    assert "at the floor" in v.state.text()
 
 
 def test_welch_when_the_seeds_differ_and_lower_is_better_for_a_loss(lb):
     frame = _frame(lb, {"none": [2.10, 2.12, 2.11], "fp16": [2.40, 2.45, 2.42]}, task="shakespeare")
     frame.loc[(frame.compressor == "fp16"), "seed"] = [5, 6, 7]
     v = judge(_claim(task="shakespeare"), frame)
-    assert v.test == "Welch" and v.effect == pytest.approx(-(2.4233 - 2.11), abs=1e-3)  # higher loss = worse
+    assert v.test.startswith("Welch") and v.effect == pytest.approx(-(2.4233 - 2.11), abs=1e-3)  # higher loss = worse
     assert v.verdict == "reproduced"
 
 
-def test_same_models_without_compression(lb):
+def test_no_pairing_across_machine_classes(lb):
+    values = {"none": [0.50, 0.52, 0.51], "fp16": [0.40, 0.43, 0.41]}
+    frame = _frame(lb, values, machine={"fp16": "Another CPU"})
+    v = judge(_claim(), frame)
+    assert v.test == "Welch (different machine classes: no pairing)" and v.state.same_machine is False
+    assert "different machine classes" in v.state.text()
+    # the same machine class for both when the comparison has it: paired again
+    both = _frame(lb, values, machine={"fp16": "Another CPU", "none": "Another CPU"})
+    assert judge(_claim(), both).test == "paired by seed"
+
+
+def test_the_comparison_is_taken_in_the_claim_rows_setup(lb):
+    recs = []
+    for seed, (a, b, c) in enumerate([(0.40, 0.50, 0.30), (0.41, 0.52, 0.31), (0.42, 0.51, 0.29)]):
+        for comp, v, stages in (("fp16", a, 3), ("none", b, 3), ("none", c, 2)):
+            r = lb.make_record("cifar10", comp, seed, record_id=f"{comp}-{stages}-{seed}")
+            r["final_metric"] = v
+            r["run"] = {**r["run"], "n_stages": stages}
+            r["cell_key"] = f"{comp}{stages}{seed}"
+            for p in r["curve"]:
+                p["metric"] = v
+            recs.append(r)
+    frame = to_frame(recs).assign(maintainers=True)
+    v = judge(_claim(), frame)
+    assert v.mean_ref == pytest.approx(0.51) and v.state.setup.startswith("3 stages")
+
+
+def test_same_models_without_compression_and_both_evaluations_shown(lb):
     frame = _frame(lb, {"topk": [0.41, 0.43, 0.40]}, uncompressed={"topk": [0.23, 0.26, 0.31]})
     c = _claim(compressor="topk", compare_to="topk", evaluation="uncompressed_vs_compressed")
     v = judge(c, frame)
     assert v.mean == pytest.approx(0.2667, abs=1e-4) and v.mean_ref == pytest.approx(0.4133, abs=1e-4)
     assert v.verdict == "reproduced"
-    assert "evaluated without compression" in claims_table([v])["configuration"].iloc[0]
+    row = claims_table([v]).iloc[0]
+    assert "evaluated without compression" in row["configuration"]
+    assert row["with / without compression at evaluation"] == "0.4133 / 0.2667"
 
 
 def test_bad_claims_are_refused_with_the_claim_named(tmp_path):
@@ -67,25 +151,31 @@ def test_bad_claims_are_refused_with_the_claim_named(tmp_path):
         _claim(expect="faster")
     with pytest.raises(ValueError, match="needs a positive tolerance"):
         _claim(expect="close")
+    with pytest.raises(ValueError, match="min_effect is a positive size"):
+        _claim(expect="close", tolerance=0.1, min_effect=0.1)
+    with pytest.raises(ValueError, match="unknown measure"):
+        _claim(measure="bytes")
     p = tmp_path / "c.yaml"
     p.write_text(yaml.safe_dump({"claims": [{"id": "a", "paper": "P"}]}))
     with pytest.raises(ValueError, match=r"claim 1 \(a\): missing claim, task"):
         load_claims(p)
 
 
-def test_the_committed_claims_are_matrix_entries_of_their_tier():
+def test_the_committed_claims_are_matrix_entries_of_their_tier_and_cover_every_seed():
     claims = load_claims()
     assert len(claims) >= 12 and len({c.id for c in claims}) == len(claims)
     m = load_matrix()
     for c in claims:  # the published configuration parses as a matrix entry, on a task of the tier
         assert c.task in m.tier(c.tier).tasks
         _entry(c.entry, f"claim {c.id}")
+    assert {"000", "001", "002", "003"} <= {c.seed for c in claims}
 
 
-def test_report_claims_prints_every_claim_with_a_verdict(capsys):
+def test_report_claims_prints_every_claim_with_a_verdict_and_the_tier_state(capsys):
     assert main(["report", "--records", "records", "--claims"]) == 0
     out = capsys.readouterr().out
     for c in load_claims():
-        assert f": {c.id} ({c.paper}, {c.task} / {c.tier})" in out
+        assert f": {c.id} ({c.paper}" in out and f", {c.task} / {c.tier})" in out
     verdicts = [line.split(":")[0] for line in out.splitlines() if line and line[0].isupper() and ": " in line]
-    assert set(verdicts) <= {"REPRODUCED", "CONTRADICTED", "NOT RESOLVABLE AT THIS TIER", "NOT RUN"}
+    assert set(verdicts) <= {v.upper() for v in __import__("leaderboard.claims").claims.VERDICTS}
+    assert out.count("  tier state: ") == len(load_claims())
