@@ -43,7 +43,7 @@ from suite.results.network import PROFILES
 from suite.results.task_catalog import describe as describe_task
 
 REPO = Path(__file__).resolve().parents[1]
-TIER_ORDER = ("smoke", "quick", "gpu", "full")
+TIER_ORDER = ("smoke", "quick", "plateau", "gpu", "full")
 DIRECTION_LABELS = {
     "total": "all directions",
     "forward": "forward (activations)",
@@ -708,24 +708,11 @@ def _score_section(frame: pd.DataFrame, version: tuple, tier: str) -> None:
     st.altair_chart(chart, width="content")
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
-def _claims(_frame: pd.DataFrame, version: tuple) -> pd.DataFrame:
-    from leaderboard.claims import claims_table, judge, load_claims
-
-    return claims_table([judge(c, _frame) for c in load_claims()])
-
-
 def _reproductions_section(frame: pd.DataFrame, version: tuple) -> None:
-    """The seed papers' claims (leaderboard/claims.yaml) with their verdicts from the records."""
-    st.subheader("Reproductions")
-    st.caption(
-        "Published findings tested on this benchmark's quick tier at 3 seeds: the measured effect (positive = "
-        "better), its 95% interval and test, the minimal detectable difference (MDD), and a verdict: reproduced, "
-        "contradicted, or not resolvable at this tier. The quick tier trains narrowed models part way "
-        "(docs/reproductions.md says what it can and cannot test)."
-    )
-    table = _claims(frame, version)
-    st.dataframe(table, hide_index=True, width="stretch", height=_table_height(len(table)), key="claims_table")
+    """The seed papers' claims with their verdicts and the tier's state (leaderboard/views_claims.py)."""
+    from leaderboard import views_claims
+
+    views_claims.section(frame, version)
 
 
 def _write_filters_to_url(f: Filters) -> None:

@@ -164,3 +164,91 @@ def test_the_draws_by_runs_are_randrange(bounds):
         want = (lambda r: [[r.randrange(n) for n in bounds] for _ in range(25)])(random.Random(seed))
         assert _randrange_runs(random.Random(seed), bounds, 25).tolist() == want
         assert _randrange_stream(random.Random(seed), bounds, 25).tolist() == want
+
+
+# --------------------------------------------------------------------------- issue 36: a correct score
+def _agg_full(rows: list[dict]) -> pd.DataFrame:
+    """Aggregate-like rows with the columns the score reads (setup, machine, baseline_*, metric_mean, totals)."""
+    out = []
+    for r in rows:
+        base = {"tier": "quick", "entry": "e", "setup": "s", "machine": "m", "n": 3, "baseline_entry": "e"}
+        base.update({"baseline_setup": "s", "baseline_machine": "m", "metric_mean": math.nan})
+        base.update(r)
+        for net, ts in r.get("times", {}).items():
+            base[f"times@{net}"] = ts
+            base[f"time_to_target_s@{net}"] = math.nan
+        base.pop("times", None)
+        out.append(base)
+    return pd.DataFrame(out)
+
+
+def test_the_baseline_row_is_the_setup_the_rankings_compare_with():
+    s3 = {0: 10.0, 1: 10.0, 2: 10.0}
+    slow = {k: 40.0 for k in s3}
+    rows = [
+        {"task": "a", "compressor": "A", "times": {"n": {k: 20.0 for k in s3}}},
+        {"task": "b", "compressor": "A", "times": {"n": {k: 20.0 for k in s3}}},
+        # the pipeline setup's none (the rows' baseline) and a tp=2 none with as many seeds, listed last
+        {"task": "a", "compressor": "none", "times": {"n": s3}},
+        {"task": "b", "compressor": "none", "times": {"n": s3}},
+        {"task": "a", "compressor": "none", "setup": "tp=2", "times": {"n": slow}},
+        {"task": "b", "compressor": "none", "setup": "tp=2", "times": {"n": slow}},
+    ]
+    r = benchmark_score(_agg_full(rows), resamples=0)
+    got = dict(zip(r.table["compressor"], r.table["score"]))
+    # none (10 s) is fastest on both tasks and A takes twice as long; the old rule (most seeds, the last
+    # row wins a tie) scored the tp=2 none (40 s), which made A fastest and none 1/3
+    assert got["none"] == pytest.approx(1.0) and got["A"] == pytest.approx(2 / 3)
+
+
+def test_rows_that_miss_the_target_are_ordered_by_quality_to_target():
+    s3 = {0: 10.0, 1: 10.0, 2: 10.0}
+    never = {k: INF for k in s3}
+    # cifar10 quick: trivial 0.105, target 0.45; shakespeare quick: trivial 3.35, target 2.35
+    rows = [
+        {"task": "cifar10", "compressor": "none", "times": {"n": s3}, "metric_mean": 0.50},
+        {"task": "shakespeare", "compressor": "none", "times": {"n": s3}, "metric_mean": 2.14},
+        {"task": "cifar10", "compressor": "threshold", "times": {"n": never}, "metric_mean": 0.12},
+        {"task": "shakespeare", "compressor": "threshold", "times": {"n": never}, "metric_mean": 3.36},
+        {"task": "cifar10", "compressor": "topk", "times": {"n": never}, "metric_mean": 0.41},
+        {"task": "shakespeare", "compressor": "topk", "times": {"n": never}, "metric_mean": 3.3},
+    ]
+    r = benchmark_score(_agg_full(rows), resamples=0)
+    assert list(r.table["compressor"]) == ["none", "topk", "threshold"]  # both score 0; topk got further
+    prog = dict(zip(r.table["compressor"], r.table["progress"]))
+    assert prog["none"] == 1.0
+    assert prog["topk"] == pytest.approx(((0.41 - 0.105) / (0.45 - 0.105) + 0.05) / 2)
+    assert prog["threshold"] == pytest.approx(((0.12 - 0.105) / (0.45 - 0.105) + 0.0) / 2)
+
+
+def test_the_headline_ranks_full_seed_rows_and_lists_the_others_apart():
+    s3 = {0: 10.0, 1: 10.0, 2: 10.0}
+    rows = [
+        {"task": "a", "compressor": "none", "times": {"n": s3}},
+        {"task": "a", "compressor": "A", "times": {"n": {0: 20.0, 1: 20.0, 2: 20.0}}},
+        {"task": "a", "compressor": "lucky", "n": 1, "times": {"n": {0: 5.0}}},  # one fast seed
+    ]
+    r = benchmark_score(_agg_full(rows), resamples=10, full_seeds=3)
+    t = r.table.set_index("compressor")
+    assert list(r.table["compressor"][r.table["ranked"]]) == ["none", "A"]
+    # the headline's ratios are to the fastest ranked row: the 1-seed row moves nobody
+    assert t.loc["none", "score"] == 1.0 and t.loc["lucky", "ranked"] == False  # noqa: E712
+    assert t.loc["lucky", "score"] == 1.0 and t.loc["lucky", "score_sd"] != t.loc["lucky", "score_sd"]
+
+
+def test_networks_of_one_regime_share_its_weight():
+    s3 = {0: 10.0, 1: 10.0, 2: 10.0}
+    rows = [
+        # none's modeled totals: 100 and 101 s (compute-bound, near duplicates), 500 s (communication-bound)
+        {"task": "a", "compressor": "none", "times": {"g100": s3, "g10": s3, "m80": s3},
+         "total_s@g100": 100.0, "total_s@g10": 101.0, "total_s@m80": 500.0},
+        {"task": "a", "compressor": "A", "times": {"g100": {k: 20.0 for k in s3}, "g10": {k: 20.0 for k in s3},
+                                                    "m80": {k: 5.0 for k in s3}}},
+    ]  # fmt: skip
+    r = benchmark_score(_agg_full(rows), resamples=0)
+    assert r.regimes == {("a", "g100"): "compute-bound", ("a", "g10"): "compute-bound", ("a", "m80"): "communication-bound"}
+    assert r.weights == pytest.approx([0.75, 0.75, 1.5])  # each regime half the task, mean weight 1
+    got = dict(zip(r.table["compressor"], r.table["score"]))
+    # A: ratio 2 on both compute-bound networks (2/3 each), fastest on the slow one; equal weights would give 7/9
+    assert got["A"] == pytest.approx(0.5 * 2 / 3 + 0.5 * 1.0)
+    assert got["none"] == pytest.approx(0.5 * 1.0 + 0.5 * (4 - 2) / 3)

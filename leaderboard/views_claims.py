@@ -1,0 +1,90 @@
+"""The page's "Reproductions" section: each claim's verdict with the tier's state, the AQ-SGD rows
+with and without compression at evaluation, and the plateau tier's learning curves.
+
+    section(frame, version)     # called by leaderboard/app.py
+
+Every number comes from :mod:`leaderboard.claims` (the same verdicts as ``mpcbench report
+--claims``); record text reaches the page only through ``st.dataframe`` and chart data.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from leaderboard.claims import claims_table, judge, load_claims, plateau_curves
+
+__all__ = ["section", "verdict_frame", "curves_frame"]
+
+COLUMNS = [
+    "verdict",
+    "claim",
+    "paper",
+    "task / tier",
+    "tier state",
+    "effect (+ = better)",
+    "test",
+    "MDD",
+    "seeds",
+    "expected",
+    "why",
+    "configuration",
+    "vs",
+    "means",
+    "with / without compression at evaluation",
+    "finding",
+]
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def verdict_frame(_frame: pd.DataFrame, version: tuple) -> pd.DataFrame:
+    """The claims table (cached per records version), verdict first."""
+    table = claims_table([judge(c, _frame) for c in load_claims()])
+    return table[[c for c in COLUMNS if c in table]]
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def curves_frame(_frame: pd.DataFrame, version: tuple) -> pd.DataFrame:
+    """The plateau tier's mean learning curves (:func:`leaderboard.claims.plateau_curves`)."""
+    return plateau_curves(_frame)
+
+
+def section(frame: pd.DataFrame, version: tuple) -> None:
+    """Render the section."""
+    st.subheader("Reproductions")
+    st.caption(
+        "Published findings tested on this benchmark: the measured effect (positive = better), its 95% interval "
+        "and test (paired by seed only within one machine class, else Welch), the minimal detectable difference "
+        "(MDD), the tier's state (plateaued or not, at the trivial predictor's floor or not, same machine class or "
+        "not) and a verdict: reproduced, contradicted, refuted in this configuration, not resolvable, or not "
+        "testable at this tier (no records, both sides at the floor, or a baseline still climbing). The CPU tiers "
+        "train narrow models; the plateau tier trains them until the baseline's curve flattens "
+        "(docs/reproductions.md)."
+    )
+    table = verdict_frame(frame, version)
+    st.dataframe(table, hide_index=True, width="stretch", key="claims_table")
+    curves = curves_frame(frame, version)
+    if curves.empty:
+        st.caption("Plateau tier: no records yet.")
+        return
+    st.markdown("**Plateau tier: learning curves** (mean over seeds; the legend gives the seeds per row)")
+    tasks = sorted(curves["task"].unique())
+    cols = st.columns(min(len(tasks), 2))
+    for i, task in enumerate(tasks):
+        g = curves[curves["task"] == task].copy()
+        seeds = g.groupby("compressor")["seeds"].max()
+        g["row"] = [f"{c} ({int(seeds[c])} seeds)" for c in g["compressor"]]
+        chart = (
+            alt.Chart(g)
+            .mark_line(point=True)
+            .encode(
+                x=alt.X("step:Q", title="step"),
+                y=alt.Y("metric:Q", title="metric", scale=alt.Scale(zero=False)),
+                color=alt.Color("row:N", title=str(task), legend=alt.Legend(orient="bottom", labelLimit=400)),
+                tooltip=["row:N", "step:Q", "metric:Q", "seeds:Q"],
+            )
+            .properties(height=260)
+        )
+        with cols[i % len(cols)]:
+            st.altair_chart(chart, width="stretch")
