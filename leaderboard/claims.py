@@ -151,7 +151,9 @@ class TierState:
         """One line: plateaued or not, floor or not, same machine class or not."""
         if self.seeds < 2:
             return f"not measured ({self.seeds} seed(s) on a side)" + (
-                "" if self.same_machine is None else ("; same machine class" if self.same_machine else "; different machine classes")
+                ""
+                if self.same_machine is None
+                else ("; same machine class" if self.same_machine else "; different machine classes")
             )
         if self.timing:
             plateau = "a timing claim (plateau and floor do not apply)"
@@ -286,7 +288,11 @@ def _curves(rows: pd.DataFrame) -> list[list[tuple[float, float]]]:
     for curve in rows["curve"]:
         pts = []
         for p in curve if isinstance(curve, list) else []:
-            if isinstance(p, dict) and isinstance(p.get("step"), (int, float)) and isinstance(p.get("metric"), (int, float)):
+            if (
+                isinstance(p, dict)
+                and isinstance(p.get("step"), (int, float))
+                and isinstance(p.get("metric"), (int, float))
+            ):
                 if p["metric"] == p["metric"]:
                     pts.append((float(p["step"]), float(p["metric"])))
         if pts:
@@ -354,7 +360,9 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
     arm = _pick(_ok_rows(frame, c, c.compressor))
     setup = str(arm["setup"].iloc[0]) if len(arm) else None
     machine = str(arm["machine"].iloc[0]) if len(arm) else None
-    ref = arm if c.evaluation == "uncompressed_vs_compressed" else _pick(_ok_rows(frame, c, c.compare_to), setup, machine)
+    ref = (
+        arm if c.evaluation == "uncompressed_vs_compressed" else _pick(_ok_rows(frame, c, c.compare_to), setup, machine)
+    )
     col_a = "final_metric_uncompressed" if c.evaluation != "compressed" else "final_metric"
     col_b = "final_metric_uncompressed" if c.evaluation == "uncompressed" else "final_metric"
     timing = c.measure != "metric"
@@ -382,7 +390,9 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
         if not len(arm) or not len(ref):
             why = f"no records at this tier ({c.compressor if not len(arm) else c.compare_to})"
         else:
-            why = f"{len(a)} seed(s) of {c.compressor}, {len(b)} of {c.compare_to} in the records (2 or more each needed)"
+            why = (
+                f"{len(a)} seed(s) of {c.compressor}, {len(b)} of {c.compare_to} in the records (2 or more each needed)"
+            )
         return Verdict(c, metric, len(a), len(b), nan, nan, nan, nan, nan, nan, "", nan, NOT_TESTABLE, why, state,
                        compressed, uncompressed)  # fmt: skip
     pair = set(a) == set(b) and same_machine is True

@@ -91,7 +91,8 @@ def render(page: str, blocks: dict[str, str]) -> str:
         pat = _pattern(name)
         if not pat.search(page):
             raise ValueError(f"{PAGE.name}: no '<!-- generated: {name} -->' ... '<!-- end generated: {name} -->' block")
-        page = pat.sub(lambda m, t=text: m.group(1) + "\n" + t.rstrip("\n") + "\n\n" + m.group(3), page)
+        body = "\n" + text.rstrip("\n") + "\n\n"
+        page = pat.sub(lambda m, body=body: m.group(1) + body + m.group(3), page)  # type: ignore[misc]
     return page
 
 

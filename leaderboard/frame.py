@@ -24,12 +24,12 @@ import pandas as pd
 from leaderboard.networks import network_profiles
 from suite.results import network as model
 from suite.results.network.timing_inputs import interpolate_target_step
-from suite.results.task_catalog import describe as describe_task
 from suite.results.records import (  # the record schema's byte directions and key lists
     DIRECTIONS,
     IDENTITY_KEYS,
     QUALITY_KEYS,
 )
+from suite.results.task_catalog import describe as describe_task
 
 _orjson: Any
 try:  # optional (the leaderboard extra): the index's inputs text ~10x cheaper
@@ -224,7 +224,7 @@ def board_target(r: dict[str, Any]) -> tuple[float, float | None, float | None] 
     if desc is None or stored not in desc.superseded_targets.get(tier, ()) or tier not in desc.targets:
         return None
     target = desc.targets[tier]
-    hib = r.get("higher_is_better") if isinstance(r.get("higher_is_better"), bool) else True
+    hib = bool(r.get("higher_is_better")) if isinstance(r.get("higher_is_better"), bool) else True
     points = []
     for pt in r.get("curve") or []:
         if isinstance(pt, dict):
@@ -247,7 +247,11 @@ def _modeled(r: dict[str, Any], target_step: float | None | str = "stored") -> t
     version = r.get("model_version")
     version = version if isinstance(version, int) and not isinstance(version, bool) else None
     timing = r.get("timing_inputs")
-    if isinstance(timing, dict) and target_step != "stored" and not _same_step(timing.get("target_step"), target_step):
+    if (
+        isinstance(timing, dict)
+        and not isinstance(target_step, str)
+        and not _same_step(timing.get("target_step"), target_step)
+    ):
         timing = {**timing, "target_step": target_step}
         version = None  # the stored times answer another target step
     if version == model.MODEL_VERSION or not isinstance(timing, dict):

@@ -678,17 +678,19 @@ def _take_rerun_times(record: dict[str, Any], rerun: dict[str, Any]) -> None:
     count as never meeting it when its re-run, a different sample of the same cell, did not.)"""
     from suite.results.network import PROFILES, TimingInputs, model_run
 
-    own_inputs = record.get("timing_inputs") if isinstance(record.get("timing_inputs"), dict) else {}
+    own = record.get("timing_inputs")
+    own_inputs: dict[str, Any] = own if isinstance(own, dict) else {}
     record.update(rerun)
     record["times_from"] = "verification re-run"
-    inputs = record.get("timing_inputs")
-    if not isinstance(inputs, dict) or "target_step" not in own_inputs:
+    got = record.get("timing_inputs")
+    if not isinstance(got, dict) or "target_step" not in own_inputs:
         return
-    if inputs.get("target_step") == own_inputs.get("target_step"):
+    if got.get("target_step") == own_inputs.get("target_step"):
         return
-    inputs = {**inputs, "target_step": own_inputs.get("target_step")}
+    inputs: dict[str, Any] = {**got, "target_step": own_inputs.get("target_step")}
     record["timing_inputs"] = inputs
-    modeled = record.get("modeled") if isinstance(record.get("modeled"), dict) else {}
+    stored = record.get("modeled")
+    modeled: dict[str, Any] = stored if isinstance(stored, dict) else {}
     try:
         fresh = model_run(TimingInputs.from_dict(inputs), {p: PROFILES[p] for p in modeled if p in PROFILES})
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # untrusted stored inputs

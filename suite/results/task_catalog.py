@@ -38,7 +38,16 @@ __all__ = ["TaskDescription", "CatalogError", "task_dirs", "read_description", "
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 REQUIRED = ("name", "family", "metric", "higher_is_better", "chance", "targets", "page")
-OPTIONAL = ("metrics", "metric_range", "chance_note", "cpu_note", "unit", "trivial", "trivial_note", "superseded_targets")
+OPTIONAL = (
+    "metrics",
+    "metric_range",
+    "chance_note",
+    "cpu_note",
+    "unit",
+    "trivial",
+    "trivial_note",
+    "superseded_targets",
+)
 
 
 class CatalogError(ValueError):

@@ -57,7 +57,9 @@ def test_a_record_that_met_its_target_keeps_meeting_it_with_its_reruns_times(tmp
     r = _verified(tmp_path, lb, rec, rerun)
     assert r["times_from"] == "verification re-run" and r["wall_s"] == 99.0
     assert r["timing_inputs"]["target_step"] == 100.0  # the record's own step
-    expected = model_run(TimingInputs.from_dict({**slower, "target_step": 100.0}), {p: PROFILES[p] for p in rec["modeled"]})
+    expected = model_run(
+        TimingInputs.from_dict({**slower, "target_step": 100.0}), {p: PROFILES[p] for p in rec["modeled"]}
+    )
     row = to_frame([r]).iloc[0]
     for p in rec["modeled"]:
         # before: the re-run's own time-to-target (None: "never reached") beside the record's quality

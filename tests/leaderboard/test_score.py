@@ -246,7 +246,11 @@ def test_networks_of_one_regime_share_its_weight():
                                                     "m80": {k: 5.0 for k in s3}}},
     ]  # fmt: skip
     r = benchmark_score(_agg_full(rows), resamples=0)
-    assert r.regimes == {("a", "g100"): "compute-bound", ("a", "g10"): "compute-bound", ("a", "m80"): "communication-bound"}
+    assert r.regimes == {
+        ("a", "g100"): "compute-bound",
+        ("a", "g10"): "compute-bound",
+        ("a", "m80"): "communication-bound",
+    }
     assert r.weights == pytest.approx([0.75, 0.75, 1.5])  # each regime half the task, mean weight 1
     got = dict(zip(r.table["compressor"], r.table["score"]))
     # A: ratio 2 on both compute-bound networks (2/3 each), fastest on the slow one; equal weights would give 7/9
