@@ -16,10 +16,11 @@ tier's state (:class:`TierState`):
 - **records**: none, or fewer than 2 seeds a side: ``not testable at this tier``;
 - **floor**: both sides' means within the comparison's MDD of the task's strongest trivial
   predictor (``DESCRIPTION["trivial"]``): both failed to learn, ``not testable at this tier``;
-- **plateau**: the uncompressed baseline's mean gain over the last quarter of its curve (the
+- **plateau**: the uncompressed baseline's mean change over the last quarter of its curve (the
   metric at the last evaluation minus the metric interpolated at three quarters of the steps,
-  in "better" units) must be at most the comparison's MDD, else more training could move the
-  verdict: ``not testable at this tier``;
+  in "better" units) must be within ± the comparison's MDD (or a close claim's tolerance when
+  smaller): still rising, more training could move the verdict; falling back, the run is past
+  its best and the final metric depends on when it stopped: ``not testable at this tier``;
 
 then decides (alpha 0.05, the 95% interval of the effect in "better" units):
 
@@ -55,6 +56,7 @@ __all__ = [
     "CLAIMS_PATH",
     "EXPECTS",
     "EVALUATIONS",
+    "COLUMNS",
     "VERDICTS",
     "NOT_TESTABLE",
     "Claim",
@@ -69,7 +71,8 @@ __all__ = [
 
 CLAIMS_PATH = Path(__file__).with_name("claims.yaml")
 EXPECTS = ("better", "worse", "close", "not_better", "not_worse", "stated")
-MEASURES = ("metric", "compress_s")  # the final quality metric, or the compressor's seconds per step
+# what a claim may compare besides the final metric: the column, and whether lower is better
+COLUMNS = {"final_metric": None, "compress_s": "lower"}  # None: the task metric's own direction
 EVALUATIONS = ("compressed", "uncompressed_vs_compressed", "uncompressed")
 ALPHA = 0.05
 NOT_TESTABLE = "not testable at this tier"
@@ -101,8 +104,8 @@ class Claim:
     evaluation: str = "compressed"
     min_effect: float | None = None  # the effect size the claim states (metric units, claimed direction)
     seed: str = ""  # the seed paper's file (/work/shared/papers) the claim comes from; "" for other sources
-    setup: str = ""  # words the rows' setup label must hold (", "-separated, e.g. "dp=2"); "" = any
-    measure: str = "metric"  # what is compared: the final metric, or compress_s (lower is better)
+    setup: str | None = None  # words the rows' setup label must hold (", "-separated, e.g. "dp=2", or a whole label)
+    column: str = "final_metric"  # what is compared (COLUMNS); compress_s: the compressor's seconds per step
 
     def __post_init__(self) -> None:
         if self.expect not in EXPECTS:
@@ -111,8 +114,8 @@ class Claim:
             raise ValueError(
                 f"claim {self.id!r}: unknown evaluation {self.evaluation!r}; valid: {', '.join(EVALUATIONS)}"
             )
-        if self.measure not in MEASURES:
-            raise ValueError(f"claim {self.id!r}: unknown measure {self.measure!r}; valid: {', '.join(MEASURES)}")
+        if self.column not in COLUMNS:
+            raise ValueError(f"claim {self.id!r}: unknown column {self.column!r}; valid: {', '.join(COLUMNS)}")
         if self.expect in ("close", "not_better", "not_worse") and not (self.tolerance and self.tolerance > 0):
             raise ValueError(f"claim {self.id!r}: expect {self.expect} needs a positive tolerance (metric units)")
         if self.min_effect is not None and not (self.expect in ("better", "worse") and self.min_effect > 0):
@@ -129,7 +132,7 @@ class Claim:
 @dataclass(frozen=True)
 class TierState:
     """What the tier can establish for one claim. ``plateaued``: the baseline's mean last-quarter
-    gain ``gain`` is at most ``gain_limit`` (the comparison's MDD); None when the curve is too
+    change ``gain`` is within ± ``gain_limit`` (the comparison's MDD, or a close claim's tolerance); None when the curve is too
     short to tell. ``floor``: both sides within the MDD of the trivial predictor ``trivial``.
     ``same_machine``: both sides ran on one machine class. ``narrow``: the tier trains narrowed
     CPU models."""
@@ -161,7 +164,7 @@ class TierState:
             plateau = "plateau unknown (the baseline's curve has fewer than 2 evaluations)"
         else:
             plateau = ("plateaued" if self.plateaued else "not plateaued") + (
-                f" ({self.baseline} gains {self.gain:+.3g} over its last quarter; limit {self.gain_limit:.3g})"
+                f" ({self.baseline} changes by {self.gain:+.3g} over its last quarter; limit ±{self.gain_limit:.3g})"
             )
         floor = (
             ""
@@ -249,7 +252,7 @@ def _ok_rows(frame: pd.DataFrame, c: Claim, compressor: str) -> pd.DataFrame:
     for col in ("setup", "machine"):
         if col not in rows:
             rows = rows.assign(**{col: ""})
-    for word in (w.strip() for w in c.setup.split(",") if w.strip()):
+    for word in (w.strip() for w in (c.setup or "").split(",") if w.strip()):
         keep = [word in [x.strip() for x in str(s).split(",")] for s in rows["setup"]]
         rows = rows.loc[pd.Series(keep, index=rows.index, dtype=bool)]
     return rows
@@ -365,10 +368,10 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
     )
     col_a = "final_metric_uncompressed" if c.evaluation != "compressed" else "final_metric"
     col_b = "final_metric_uncompressed" if c.evaluation == "uncompressed" else "final_metric"
-    timing = c.measure != "metric"
+    timing = c.column != "final_metric"
     if timing:  # seconds per step: lower is better; no floor or plateau applies
-        col_a = col_b = c.measure
-        metric, hib, sign, trivial = f"{c.measure} (s/step)", False, -1.0, math.nan
+        col_a = col_b = c.column
+        metric, hib, sign, trivial = c.column, COLUMNS[c.column] != "lower", -1.0, math.nan
     a, b = _values(arm, col_a), _values(ref, col_b)
     compressed = sum(_values(arm, "final_metric").values()) / max(1, len(_values(arm, "final_metric")))
     uncomp = _values(arm, "final_metric_uncompressed")
@@ -413,7 +416,7 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
     # the limit: the comparison's MDD, or a close claim's tolerance when smaller (a baseline still
     # moving by more than the tolerance can neither show closeness nor rule it out)
     limit = min(mdd, float(c.tolerance)) if c.tolerance else mdd
-    plateaued = None if not gains else bool(gain <= limit)
+    plateaued = None if not gains else bool(abs(gain) <= limit)  # rising or falling back: no plateau
     floor = trivial == trivial and all(sign * (m - trivial) <= mdd for m in (ma, mb))
     state = TierState(
         plateaued=plateaued,
@@ -437,11 +440,12 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
     if floor:
         return verdict(NOT_TESTABLE, f"both sides at the trivial predictor ({trivial:g}, within the MDD {mdd:.3g})")
     if plateaued is False:
+        moves = "still gains" if gain > 0 else "falls back by"
         return verdict(
             NOT_TESTABLE,
-            f"the baseline ({base_name}) still gains {gain:+.3g} over the last quarter of training, more than "
+            f"the baseline ({base_name}) {moves} {abs(gain):.3g} over the last quarter of training, more than "
             + (f"the tolerance {c.tolerance:g}" if limit < mdd else f"the MDD {mdd:.3g}")
-            + ": more steps could change the verdict",
+            + (": more steps could change the verdict" if gain > 0 else ": it is past its best (over-fitting)"),
         )
     v, why = _decide(c, effect, low, high, p, mdd)
     return verdict(v, why)

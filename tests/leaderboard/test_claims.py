@@ -80,6 +80,9 @@ def test_a_baseline_still_climbing_makes_the_claim_not_testable(lb):
     assert climbing.state.gain == pytest.approx(0.0833, abs=1e-3) and climbing.state.plateaued is False
     assert climbing.verdict == NOT_TESTABLE and "still gains" in climbing.why
     assert "not plateaued" in climbing.state.text()
+    # a curve falling back (over-fitting) is no plateau either: the final metric depends on when it stopped
+    falling = judge(_claim(), _frame(lb, values, gain=-0.2))
+    assert falling.state.plateaued is False and "falls back by 0.0833" in falling.why
     # a close claim's tolerance is the limit when it is smaller than the MDD
     close = judge(_claim(expect="close", tolerance=0.01), _frame(lb, values, gain=0.03))
     assert close.state.gain_limit == 0.01 and close.verdict == NOT_TESTABLE
@@ -153,8 +156,8 @@ def test_bad_claims_are_refused_with_the_claim_named(tmp_path):
         _claim(expect="close")
     with pytest.raises(ValueError, match="min_effect is a positive size"):
         _claim(expect="close", tolerance=0.1, min_effect=0.1)
-    with pytest.raises(ValueError, match="unknown measure"):
-        _claim(measure="bytes")
+    with pytest.raises(ValueError, match="unknown column"):
+        _claim(column="step_s")
     p = tmp_path / "c.yaml"
     p.write_text(yaml.safe_dump({"claims": [{"id": "a", "paper": "P"}]}))
     with pytest.raises(ValueError, match=r"claim 1 \(a\): missing claim, task"):
@@ -179,3 +182,22 @@ def test_report_claims_prints_every_claim_with_a_verdict_and_the_tier_state(caps
     verdicts = [line.split(":")[0] for line in out.splitlines() if line and line[0].isupper() and ": " in line]
     assert set(verdicts) <= {v.upper() for v in __import__("leaderboard.claims").claims.VERDICTS}
     assert out.count("  tier state: ") == len(load_claims())
+
+
+def test_a_setup_keeps_one_compressor_name_apart_and_a_time_column_is_lower_better(lb):
+    import pandas as pd
+
+    # "none" in two setups: the 4-stage rows must not stand in for the replicated ones
+    frame = _frame(lb, {"none": [0.70, 0.71, 0.72], "fp16": [0.60, 0.61, 0.62]})
+    replicated = frame[frame["compressor"] == "none"].assign(setup="1 stage, dp=2", final_metric=[0.5, 0.51, 0.52])
+    frame = pd.concat([frame, replicated], ignore_index=True)
+    mine = _claim(expect="not_worse", tolerance=0.02)
+    assert judge(mine, frame).mean_ref == pytest.approx(0.71)  # the claim's own row's setup
+    there = judge(_claim(expect="not_worse", tolerance=0.02, setup="1 stage, dp=2", compressor="none"), frame)
+    assert there.mean == pytest.approx(0.51) and there.verdict == "reproduced"
+    assert judge(_claim(expect="not_worse", tolerance=0.02), frame).verdict == "contradicted"  # 0.1 below
+    slow = frame.assign(compress_s=[0.01 if c == "fp16" else 0.001 for c in frame["compressor"]])
+    slow.loc[slow["compressor"] == "fp16", "compress_s"] += [0.0, 0.0001, 0.0002]
+    v = judge(_claim(column="compress_s", expect="worse"), slow)
+    assert v.metric == "compress_s" and v.effect < 0 and v.verdict == "reproduced"
+    assert "timing claim" in v.state.text()
