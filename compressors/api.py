@@ -61,6 +61,9 @@ class TensorRole(str, enum.Enum):
     # (forward) and before a column-parallel one (backward), inside a transformer block
     TP_ACTIVATION = "tp_activation"
     TP_ACTIVATION_GRAD = "tp_activation_grad"
+    # data parallelism with an outer loop (DiLoCo): a replica's pseudo-gradient, the change of its
+    # parameters over the inner steps (theta_outer - theta_local, one flat tensor per stage)
+    PSEUDO_GRAD = "pseudo_grad"
 
 
 @dataclass(frozen=True, eq=False)

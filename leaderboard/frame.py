@@ -95,7 +95,7 @@ def _word(v: Any) -> str:
 
 def setup_label(record: dict[str, Any]) -> str:
     """The run setup of a record besides its compressor, as a short stable string, e.g.
-    ``"4 stages, 1f1b, M=4, single, cpu"`` (+ ``", dp=2"``, ``", tp=2"``, ``", 200 steps"``, ``", warm-up 10"``
+    ``"4 stages, 1f1b, M=4, single, cpu"`` (+ ``", dp=2"``, ``", tp=2"``, ``", sync outer(h=10)"``, ``", 200 steps"``, ``", warm-up 10"``
     when set).
 
     Stages, schedule, micro-batches, mode, device and dp come from the record's ``run`` (what
@@ -118,6 +118,8 @@ def setup_label(record: dict[str, Any]) -> str:
     parts.append(f"dp={dp}" if dp and dp != 1 else "")  # dp=1 is the default: not worth a word
     tp = _pos_int(cfg.get("tp"))
     parts.append(f"tp={tp}" if tp and tp != 1 else "")  # tensor-parallel ranks per stage
+    sync = _word(cfg.get("sync"))
+    parts.append(f"sync {sync}" if sync and sync != "step" else "")  # DiLoCo-style outer loop
     parts.append(f"{steps} steps" if steps else "")
     parts.append(f"warm-up {warmup}" if warmup else "")
     hosts, link = _pos_int(cfg.get("nnodes")), _word(cfg.get("link"))
@@ -138,6 +140,7 @@ _SETUP_CONFIG_KEYS = (
     "steps",
     "nnodes",
     "link",
+    "sync",
 )
 
 

@@ -85,7 +85,7 @@ class Shakespeare(Task):
 
     description = DESCRIPTION
     default_stages = 4
-    stage_choices = (2, 3, 4)
+    stage_choices = (1, 2, 3, 4)
     features = frozenset({"residual_subspace"})
     tiers = {
         "smoke": TierBudget(

@@ -333,9 +333,12 @@ class TopK(Compressor):
     on the granularity. Biased: wrap it in ``ef(...)`` for gradients.
     """
 
-    def __init__(self, ratio: float = 0.1, granularity: str = "sample"):
+    def __init__(self, ratio: float = 0.1, granularity: str = "sample", bits: int = 0):
         self.ratio = check_range("topk", "ratio", ratio, 1e-6, 1.0)
         self.granularity = check_choice("topk", "granularity", granularity, GRANULARITIES)
+        # bits > 0: the kept values quantized to 2**bits symmetric levels of one absmax scale
+        # (SparseLoCo's top-k + 2-bit, Sarfi et al. 2025); 0: values in the input dtype
+        self.bits = check_range("topk", "bits", bits, 0, 8, integer=True)
 
     def _rows(self, x: Tensor) -> int:
         """How many groups ``x`` is split into (1 = the whole tensor)."""
@@ -354,11 +357,31 @@ class TopK(Compressor):
         else:
             gen = device_generator(info, x.device, _SALT_TOPK_SAMPLE) if n else None
             pos = topk_positions(flat, _count(self.ratio, n), gen)
-        return _sparse_payload(flat, pos)
+        values, index, tag = _sparse_payload(flat, pos)
+        if not self.bits:
+            return values, index, tag
+        levels = (1 << self.bits) - 1
+        scale = values.abs().max().reshape(1).float() if values.numel() else torch.ones(1, device=x.device)
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+        codes = ((values.float() / scale + 1) * (levels / 2)).round_().clamp_(0, levels)
+        return pack(codes, self.bits), scale, index, tag
 
     def decompress(self, payload: Payload, info: TensorInfo) -> Tensor:
-        values, index, tag = payload
+        if self.bits:
+            packed, scale, index, tag = payload
+            rows = self._rows_of(info.shape) if info.numel else 1
+            k = rows * _count(self.ratio, info.numel // rows) if info.numel else 0
+            codes = unpack(packed, self.bits, k).float()
+            values = (codes * (2 / ((1 << self.bits) - 1)) - 1) * scale
+        else:
+            values, index, tag = payload
         return decode_into(values, index, tag, info.numel).reshape(info.shape).to(info.dtype)
+
+    def _rows_of(self, shape: torch.Size) -> int:
+        """:meth:`_rows` from a shape (the receiver's view)."""
+        if len(shape) < 2 or self.granularity == "tensor":
+            return 1
+        return shape[0] if self.granularity == "sample" else math.prod(shape) // shape[-1]
 
 
 @fused

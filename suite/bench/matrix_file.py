@@ -46,6 +46,7 @@ SETTING_KEYS = {
     "compress_warmup_steps": "compress_warmup_steps",
     "eval_uncompressed": "eval_uncompressed",
     "steps": "steps",
+    "sync": "sync",  # data-parallel synchronization: step or outer(h=8, ...) (suite.pipeline.sync)
     "device": "device",  # a tier's default device (the gpu tier: cuda); --device overrides it
 }
 TIER_KEYS = ("description", "tasks", "seeds", "compressors", "cell_timeout_s", "settings")

@@ -209,7 +209,12 @@ RUN_OPTIONS: tuple[Option, ...] = (
     ),
     Option("--forward", "forward", help="forward (activation) spec, with --backward for an asymmetric plan"),
     Option("--backward", "backward", help="backward (activation-gradient) spec of the selected cells"),
-    Option("--dp", "dp", help="data-parallel gradient spec of the selected cells (needs --dp-size >= 2)"),
+    Option(
+        "--dp",
+        "dp",
+        help="data-parallel gradient spec of the selected cells (with --dp-size 1: the one replica's "
+        "gradient through it; with --sync outer(...): the pseudo-gradient)",
+    ),
     Option(
         "--tp-forward", "tp_forward", help="tensor-parallel activation spec of the selected cells (needs --tp >= 2)"
     ),
@@ -262,6 +267,14 @@ RUN_OPTIONS: tuple[Option, ...] = (
         help="micro-batches per step (default: the tier's; must divide the batch size)",
     ),
     Option("--steps", "steps", int, cell="steps", help="override the tier's step count"),
+    Option(
+        "--sync",
+        "sync",
+        cell="sync",
+        help="how data-parallel replicas synchronize: step (every step, DDP hook; default) or "
+        "'outer(h=8)' (DiLoCo: h local steps, then the --dp compressor on the pseudo-gradient and an outer "
+        "Nesterov SGD; also lr=0.7, momentum=0.9, nesterov=true)",
+    ),
     Option(
         "--nnodes",
         "nnodes",
@@ -362,6 +375,7 @@ class Selection:
     schedule: str | None = None
     microbatches: int | None = None
     steps: int | None = None
+    sync: str | None = None
     nnodes: int | None = None
     node_rank: int | None = None
     rdzv_endpoint: str | None = None

@@ -19,6 +19,7 @@ from suite.schedules import DEFAULT_SCHEDULE, SCHEDULES, build_schedule, pipelin
 
 from .errors import ConfigError
 from .plan import DIRECTIONS, ROLE_OF_DIRECTION, CompressionPlan, Direction, ResolvedPlan, resolve_plan
+from .sync import DPSync, parse_sync
 
 __all__ = [
     "Direction",
@@ -27,6 +28,7 @@ __all__ = [
     "CompressionPlan",
     "CellConfig",
     "ConfigError",
+    "DPSync",
     "SCHEDULES",
     "MODES",
     "DEVICES",
@@ -68,6 +70,9 @@ class CellConfig:
         rdzv_endpoint: ``HOST:PORT`` of the c10d rendezvous on node 0 (real hosts; not identity).
         link: emulate hosts on this machine, one network namespace per node, each limited to this
             rate both ways (a network profile name or a rate such as ``250mbit``; root only).
+        sync: how data-parallel replicas synchronize (``suite.pipeline.sync``): every step (default)
+            or a DiLoCo-style outer loop, ``DPSync(mode="outer", h=8)`` (a string such as
+            ``"outer(h=8)"`` is parsed on construction).
     """
 
     task: str
@@ -93,11 +98,16 @@ class CellConfig:
     node_rank: int = 0
     rdzv_endpoint: str | None = None
     link: str | None = None
+    sync: DPSync = field(default_factory=DPSync)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.sync, DPSync):  # a string from the CLI, a matrix entry or a stored config
+            object.__setattr__(self, "sync", parse_sync(self.sync))
 
     # fields that do not change what is measured: excluded from the cell key
     _NON_IDENTITY = ("data_dir", "time_limit_s", "comm_timeout_s", "check_consistency", "node_rank", "rdzv_endpoint")
     # fields left out of the identity at their default, so older records keep their keys
-    _IDENTITY_IF_SET = {"nnodes": 1, "link": None, "tp": 1}
+    _IDENTITY_IF_SET = {"nnodes": 1, "link": None, "tp": 1, "sync": "step"}
 
     def resolve(self) -> tuple[CellConfig, ResolvedPlan]:
         """Check every field and resolve the plan once (:func:`suite.pipeline.plan.resolve_plan`).
@@ -164,7 +174,7 @@ class CellConfig:
                 f"dp={self.dp} needs mode=torchrun (one process per stage and replica); single mode runs dp=1"
             )
         nnodes = self._check_hosts(n)
-        resolved = resolve_plan(self.plan, cls, n, self.dp, self.tp)
+        resolved = resolve_plan(self.plan, cls, n, self.dp, self.tp, outer=self.sync.outer)
         return replace(self, plan=resolved.plan, nnodes=nnodes), resolved
 
     def validate(self) -> CellConfig:
@@ -246,6 +256,7 @@ class CellConfig:
         d = asdict(self)
         d["plan"] = self.plan.to_dict()
         d["plugins"] = list(self.plugins)
+        d["sync"] = str(self.sync)
         return d
 
     @classmethod

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, Iterator, Mapping
 
@@ -163,23 +164,26 @@ class CompressedReduce:
         clock: Clock,
         seed: int,
         features: Mapping[str, Any] | None = None,
+        role: TensorRole = TensorRole.WEIGHT_GRAD,
     ) -> None:
         self.spec = spec
         self.stage = stage
-        self.group = group
-        self.replicas = dist.get_world_size(group)
-        self.me = dist.get_rank(group)
-        self.group_ranks = dist.get_process_group_ranks(group)
+        self.group = group  # None: one replica, reduced in this process (nothing crosses a wire)
+        self.replicas = 1 if group is None else dist.get_world_size(group)
+        self.me = 0 if group is None else dist.get_rank(group)
+        self.group_ranks = [0] if group is None else dist.get_process_group_ranks(group)
         self.meter = meter
         self.clock = clock
         self.seed = seed
         self.features = features or {}
+        self.role = role
+        self.comm_wall_s = 0.0  # seconds the calling thread spent in synchronous collectives (outer loop)
         self.step = 0
         self.compressed = True
         self._instances: dict[int, Compressor] = {}
         self._plain = NoCompression()
         self._plain.spec = "none"
-        self._seq = _sequencer(group)
+        self._seq = _Sequencer() if group is None else _sequencer(group)
         self._thread = threading.get_ident()  # the training thread: the only one that may use the clock
 
     def compressors(self) -> list[Compressor]:
@@ -202,10 +206,15 @@ class CompressedReduce:
         t = t.contiguous()
         nbytes = t.numel() * t.element_size()
         key = dp_key(self.stage, "allreduce")
+        if self.group is None:  # one replica: the sum is the tensor (counted as what it would send)
+            self.meter.record(key, 0, nbytes)
+            return completed(t) if async_op else t
         if not async_op:
             self._seq.wait_turn(unit)
+            t0 = time.perf_counter()
             with self._comm():
                 dist.all_reduce(t, group=self.group)
+            self.comm_wall_s += time.perf_counter() - t0
             self.meter.record(key, 0, nbytes)
             return t
         out: torch.futures.Future = torch.futures.Future(devices=[t.device]) if t.is_cuda else torch.futures.Future()
@@ -223,8 +232,12 @@ class CompressedReduce:
         return out
 
     def _all_gather_frames(self, buf: Tensor) -> list[Tensor]:
+        if self.group is None:  # one replica: its own frame (counted as what it would send)
+            self.meter.record(dp_key(self.stage, "allgather"), 0, 8 + buf.numel(), messages=2)
+            return [buf]
         n = torch.tensor([buf.numel()], dtype=torch.int64, device=buf.device)
         sizes = [torch.empty_like(n) for _ in range(self.replicas)]
+        t0 = time.perf_counter()
         with self._comm():
             dist.all_gather(sizes, n, group=self.group)
             lengths = [int(s.item()) for s in sizes]
@@ -238,6 +251,7 @@ class CompressedReduce:
                 ]
                 for r in range(self.replicas):
                     dist.broadcast(out[r], src=self.group_ranks[r], group=self.group)
+        self.comm_wall_s += time.perf_counter() - t0
         self.meter.record(dp_key(self.stage, "allgather"), 0, n.numel() * 8 + buf.numel(), messages=2)
         return out
 
@@ -260,14 +274,14 @@ class CompressedReduce:
         if segments is not None and sum(math.prod(s) for s in segments) != x.numel():
             segments = None  # not a layout of this bucket
         info = TensorInfo(
-            role=TensorRole.WEIGHT_GRAD,
+            role=self.role,
             boundary=bucket,
             microbatch=0,
             step=self.step,
             shape=x.shape,
             dtype=x.dtype,
             device=x.device,
-            seed=derive_seed(self.seed, "dp", self.stage, bucket, self.step),
+            seed=derive_seed(self.seed, "dp" if self.role is TensorRole.WEIGHT_GRAD else self.role.value, self.stage, bucket, self.step),
             segments=segments,
             replicas=self.replicas,
         )
@@ -391,3 +405,34 @@ def wrap_stage(
 
     ddp.register_comm_hook(state=None, hook=compressed_reduce_hook)
     return ddp, DDPSync(ddp, hook)
+
+
+class LocalSync:
+    """GradSync of a single replica with a ``dp`` compressor (seed 002's one-worker runs): after
+    the step's backward the stage's gradients, laid end to end as one bucket, go through the
+    compressor in this process (``CompressedReduce`` without a group: the code is applied and the
+    bytes one replica would send are counted). ``local_s`` holds the seconds of each step's pass."""
+
+    def __init__(self, module: nn.Module, hook: CompressedReduce) -> None:
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.hook = hook
+        self.local_s: list[float] = []
+
+    def forward(self) -> Any:
+        return nullcontext()
+
+    def backward(self, last: bool) -> Any:
+        return nullcontext()
+
+    @torch.no_grad()
+    def after_backward(self, extra_params: list[nn.Parameter]) -> None:
+        t0 = time.perf_counter()
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        mean = self.hook.reduce(flat, 0, tuple(p.shape for p in self.params))
+        off = 0
+        for p in self.params:
+            n = p.numel()
+            p.grad = mean[off : off + n].view_as(p).clone()
+            off += n
+        self.local_s.append(time.perf_counter() - t0)

@@ -187,9 +187,14 @@ _RESOLVED: dict[tuple[Any, ...], tuple[ResolvedPlan, dict[str, type]]] = {}
 _MAX_MEMO = 512
 
 
-def resolve_plan(plan: CompressionPlan, task: Any, n_stages: int, dp: int = 1, tp: int = 1) -> ResolvedPlan:
+def resolve_plan(
+    plan: CompressionPlan, task: Any, n_stages: int, dp: int = 1, tp: int = 1, outer: bool = False
+) -> ResolvedPlan:
     """Check ``plan`` for ``task`` (a task class) split into ``n_stages`` with ``dp`` replicas
-    and ``tp`` tensor-parallel ranks per stage.
+    and ``tp`` tensor-parallel ranks per stage; ``outer``: replicas synchronize through an outer
+    loop (``suite.pipeline.sync``), so the ``dp`` spec compresses pseudo-gradients (role
+    ``pseudo_grad``) instead of weight gradients. With one replica a ``dp`` spec other than
+    ``none`` compresses and decompresses the replica's own gradient (seed 002's one-worker runs).
 
     Raises :class:`ConfigError` with one line naming the offender and the fix: a bad spec,
     an override outside the boundaries, a compressor used in a role it does not handle
@@ -197,11 +202,11 @@ def resolve_plan(plan: CompressionPlan, task: Any, n_stages: int, dp: int = 1, t
     feature is not raised but returned as ``not_applicable``. Memoized per process (a hit is
     re-checked against the registry, so a re-registered name is resolved again).
     """
-    key = (plan, task, n_stages, dp, tp)
+    key = (plan, task, n_stages, dp, tp, outer)
     hit = _RESOLVED.get(key)
     if hit is not None and all(_class_or_none(n) is c for n, c in hit[1].items()):
         return hit[0]
-    resolved = _resolve(plan, task, n_stages, dp, tp)
+    resolved = _resolve(plan, task, n_stages, dp, tp, outer)
     if len(_RESOLVED) >= _MAX_MEMO:
         _RESOLVED.clear()
     _RESOLVED[key] = (resolved, {n: get_class(n) for n in resolved.names})
@@ -215,14 +220,12 @@ def _class_or_none(name: str) -> type | None:
         return None
 
 
-def _resolve(plan: CompressionPlan, task: Any, n_stages: int, dp: int, tp: int = 1) -> ResolvedPlan:
+def _resolve(plan: CompressionPlan, task: Any, n_stages: int, dp: int, tp: int = 1, outer: bool = False) -> ResolvedPlan:
     for b, _, _ in plan.per_boundary:
         if not 0 <= b < n_stages - 1:
             raise ConfigError(
                 f"per_boundary boundary {b} out of range: {n_stages} stages have boundaries 0..{n_stages - 2}"
             )
-    if plan.dp != "none" and dp < 2:
-        raise ConfigError(f"dp compressor {plan.dp!r} needs data-parallel replicas; set dp_size >= 2 (--dp-size 2)")
     for d in ("tp_forward", "tp_backward"):
         if getattr(plan, d) != "none" and tp < 2:
             raise ConfigError(f"{d} compressor {getattr(plan, d)!r} needs tensor parallelism; set tp >= 2 (--tp 2)")
@@ -253,14 +256,14 @@ def _resolve(plan: CompressionPlan, task: Any, n_stages: int, dp: int, tp: int =
     for b in range(n_stages - 1):
         for d in ("forward", "backward"):
             uses[(d, b)] = parse_spec(canonical.spec_for(d, b))
-    if dp > 1:
+    if dp > 1 or outer or canonical.dp != "none":
         uses[("dp", 0)] = parse_spec(canonical.dp)
     if tp > 1:
         uses[("tp_forward", 0)] = parse_spec(canonical.tp_forward)
         uses[("tp_backward", 0)] = parse_spec(canonical.tp_backward)
 
     for (d, b), tree in uses.items():
-        role = ROLE_OF_DIRECTION[d]
+        role = TensorRole.PSEUDO_GRAD if d == "dp" and outer else ROLE_OF_DIRECTION[d]
         roles = built[str(tree)][1].roles  # the instance's: a wrapper handles what it wraps
         if role not in roles:
             handled = ", ".join(sorted(r.value for r in roles)) or "nothing"

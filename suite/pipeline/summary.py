@@ -92,7 +92,9 @@ def stage_costs(
                     row.get("optimizer_cpu", row["optimizer"]) if clocks == "cpu_action_clocks" else row["optimizer"]
                 )
         actions = {k: ActionCost(*(stat([row[j] for row in rows]) for j in range(3))) for k, rows in samples.items()}
-        out.append(StageCost(actions, stat(opt) if opt else 0.0))
+        # the outer loop / one-replica code: every synchronization but the first (warm-up, compilation)
+        syncs = [x for r in reports for x in (r.get("sync_clocks") or {}).get(str(s), [])[1:]]
+        out.append(StageCost(actions, stat(opt) if opt else 0.0, stat(syncs) if syncs else 0.0))
     return out
 
 

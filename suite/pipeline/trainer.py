@@ -89,7 +89,9 @@ def train(
     cfg = config
     S = placement.n_stages
     # resolved (parsed, built, checked) by CellConfig.validate in this process: a memo hit, trusted as is
-    plan = resolve_plan(cfg.plan, get_task_class(cfg.task), S, placement.dp_size, placement.tp_size)
+    plan = resolve_plan(
+        cfg.plan, get_task_class(cfg.task), S, placement.dp_size, placement.tp_size, outer=cfg.sync.outer
+    )
 
     # --- task, budget, model (identical on every rank) -----------------------------------------
     task = build_task(
@@ -118,6 +120,8 @@ def train(
     # --- stages this process owns --------------------------------------------------------------
     stages: dict[int, Stage] = {}
     hooks = []
+    outer_loops: dict[int, Any] = {}  # stage -> OuterLoop (sync: outer)
+    local_syncs: dict[int, Any] = {}  # stage -> LocalSync (one replica, a dp compressor, every step)
     T = placement.tp_size
     for s in placement.stages:
         clock = Clock(device)
@@ -164,12 +168,30 @@ def train(
             check_shardable(shard_stage(modules[s], tp), cfg.task, s)
         module = modules[s].to(device)
         train_module, sync = module, None
-        if placement.dp_size > 1:
+        if placement.dp_size > 1 and not cfg.sync.outer:  # every step: DDP with the compressed hook
             from .data_parallel import CompressedReduce, wrap_stage
 
             assert dp_groups is not None
             hook = CompressedReduce(plan.spec("dp"), s, dp_groups[s], meter, clock, cfg.seed, features)
             train_module, sync = wrap_stage(module, dp_groups[s], device, hook)
+            hooks.append(hook)
+        elif not cfg.sync.outer and plan.plan.dp != "none":  # one replica, its gradient through the code
+            from .data_parallel import CompressedReduce, LocalSync
+
+            hook = CompressedReduce(plan.spec("dp"), s, None, meter, clock, cfg.seed, features)
+            sync = local_syncs[s] = LocalSync(module, hook)
+            hooks.append(hook)
+        if cfg.sync.outer:  # DiLoCo-style: H local steps, then the compressed pseudo-gradient
+            from compressors.api import TensorRole
+
+            from .data_parallel import CompressedReduce
+            from .outer_loop import OuterLoop
+
+            group = dp_groups[s] if placement.dp_size > 1 and dp_groups is not None else None
+            hook = CompressedReduce(
+                plan.spec("dp"), s, group, meter, clock, cfg.seed, features, role=TensorRole.PSEUDO_GRAD
+            )
+            outer_loops[s] = OuterLoop(list(module.parameters()), cfg.sync, hook)
             hooks.append(hook)
         stage = Stage(
             s,
@@ -232,6 +254,9 @@ def train(
             execute(schedule, run, transport, placement)
         for st in stages.values():
             st.finish_step()
+        if cfg.sync.due(step, budget.steps):
+            for s, loop in outer_loops.items():
+                loop.synchronize(step)
         transport.flush()
         if device.type == "cuda":  # the step ends when its kernels do (the clocks do not sync)
             torch.cuda.synchronize(device)
@@ -278,6 +303,10 @@ def train(
             for st in stages.values()
             for c in st.compressors() + [c for h in hooks for c in h.compressors()]
         ),
+        # seconds of the data-parallel reduction's local work (outer loop or one-replica code) per
+        # step it ran on, outside the collectives: the network model's StageCost.sync_s
+        sync_clocks={str(s): x.local_s for s, x in {**local_syncs, **outer_loops}.items()},
+        sync_steps=[i for i in range(budget.steps) if cfg.sync.due(i, budget.steps)] if outer_loops else None,
         compressor_stats=compressor_stats(
             [c for st in stages.values() for c in st.compressors()] + [c for h in hooks for c in h.compressors()]
         ),

@@ -311,7 +311,10 @@ class _Sim:
         optimizer = 0.0
         for s in range(r, self.S, self.R):
             optimizer += self.stages[s].optimizer_s
-            steps += ring_steps(self.load.dp[s] if s < len(self.load.dp) else DPLoad(), self.replicas or 1)
+            dp = self.load.dp[s] if s < len(self.load.dp) else DPLoad()
+            if dp.allreduce_bytes or dp.allgather_bytes:  # a reduction outside the backward (outer loop)
+                optimizer += self.stages[s].sync_s
+            steps += ring_steps(dp, self.replicas or 1)
         steps.reverse()
 
         def next_step(t: float) -> None:

@@ -52,6 +52,10 @@ class StageCost:
 
     actions: Mapping[str, ActionCost]
     optimizer_s: float = 0.0
+    # seconds of the data-parallel reduction's local work on a step that reduces outside the
+    # backward (the outer loop's pseudo-gradient, code, outer optimizer; a single replica's code),
+    # added on the steps whose DPLoad carries bytes; 0 for DDP's per-step hook (inside B)
+    sync_s: float = 0.0
 
     def of(self, kind: str) -> ActionCost:
         return self.actions.get(kind, ActionCost())
@@ -174,7 +178,9 @@ class TimingInputs:
             return _from_v1(d)
 
         def stage(s: Mapping[str, Any]) -> StageCost:
-            return StageCost({k: ActionCost(**a) for k, a in s["actions"].items()}, s.get("optimizer_s", 0.0))
+            return StageCost(
+                {k: ActionCost(**a) for k, a in s["actions"].items()}, s.get("optimizer_s", 0.0), s.get("sync_s", 0.0)
+            )
 
         return cls(
             schedule=[list(a) for a in d["schedule"]],
