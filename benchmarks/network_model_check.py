@@ -2,7 +2,8 @@
 
     python benchmarks/network_model_check.py [--stages 2,4] [--links 100Mbps,20Mbps] [--rounds 1]
                                              [--dp-size 1] [--tp 1] [--task cifar10] [--tier quick]
-                                             [--steps 12] [--out f.json]
+                                             [--steps 12] [--dp-spec 'none;ef(topk(ratio=0.015))']
+                                             [--sync 'step;outer(h=5)'] [--out f.json]
 
 Per pipeline depth, the cifar10 quick cell (``none``, 1F1B; ``--task``/``--tier`` another) runs
 under torchrun:
@@ -17,6 +18,10 @@ under torchrun:
 
 With ``--dp-size 2`` each stage has two replicas (stages x 2 hosts): the data-parallel
 all-reduce then shares the NICs with the pipeline's last messages.
+
+``--dp-spec`` / ``--sync`` (';'-separated lists) add data-parallel cell kinds: a compressed
+gradient every step, or the DiLoCo-style outer loop whose compressed all-reduce comes every ``h``
+steps (``suite.pipeline.outer_loop``; modeled blocking, after the step, with its local work).
 
 With ``--tp 2`` (a transformer task, e.g. ``--task shakespeare``; a list such as ``1,2`` runs both
 and alternates them) every stage is two tensor-parallel ranks on one emulated host (``nnodes`` =
@@ -49,12 +54,22 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import shared_cores  # noqa: E402
 
 from suite.results.network import IDEAL, INTRA_HOST, NetworkProfile, TimingInputs, model_run  # noqa: E402
+from suite.results.network.model import run_step_times  # noqa: E402
 
 
 def cell(
-    stages: int, steps: int, link: str | None, dp: int = 1, tp: int = 1, task: str = "cifar10", tier: str = "quick"
+    stages: int,
+    steps: int,
+    link: str | None,
+    dp: int = 1,
+    tp: int = 1,
+    task: str = "cifar10",
+    tier: str = "quick",
+    dp_spec: str = "none",
+    sync: str = "step",
 ):
     from suite.pipeline.config import CellConfig, CompressionPlan
+    from suite.pipeline.sync import parse_sync
 
     return CellConfig(
         task=task,
@@ -62,7 +77,8 @@ def cell(
         stages=stages,
         dp=dp,
         tp=tp,
-        plan=CompressionPlan.from_dict("none"),
+        plan=CompressionPlan(dp=dp_spec),
+        sync=parse_sync(sync),
         mode="torchrun",
         link=link,
         nnodes=stages * dp if link else 1,  # one emulated host per pipeline rank: its TP ranks share it
@@ -73,13 +89,21 @@ def cell(
 
 
 def check(
-    stages: int, steps: int, link: str | None, dp: int = 1, tp: int = 1, task: str = "cifar10", tier: str = "quick"
+    stages: int,
+    steps: int,
+    link: str | None,
+    dp: int = 1,
+    tp: int = 1,
+    task: str = "cifar10",
+    tier: str = "quick",
+    dp_spec: str = "none",
+    sync: str = "step",
 ) -> dict:
     """One run and its measured / modeled step times."""
     from suite.pipeline.runtime import run
 
     load_before = os.getloadavg()[0]
-    r = run(cell(stages, steps, link, dp, tp, task, tier))
+    r = run(cell(stages, steps, link, dp, tp, task, tier, dp_spec, sync))
     load_after = os.getloadavg()[0]
     inputs = TimingInputs.from_dict(r.timing_inputs)
     if link is None:
@@ -88,9 +112,10 @@ def check(
         measured = r.network["measured"]["step_s"]
         net = NetworkProfile(link, r.network["rate_bps"], 0.0, INTRA_HOST["ideal"])
     row = {"task": f"{task}/{tier}", "stages": stages, "dp": dp, "tp": tp, "link": link or "loopback"}
+    row.update(dp_spec=dp_spec, sync=sync)
     row["measured_s"] = measured
     for statistic in ("robust", "mean"):
-        modeled = model_run(inputs, {"net": net}, statistic=statistic)["net"]["step_s"]
+        modeled = measured_steps_mean(inputs, net, statistic)
         row[f"modeled_{statistic}_s"] = modeled
         row[f"ratio_{statistic}"] = measured / modeled
         # the same with every process of the run on this machine's cores (the emulation's own limit)
@@ -113,9 +138,19 @@ def check(
     return row
 
 
+def measured_steps_mean(inputs: TimingInputs, net: NetworkProfile, statistic: str) -> float:
+    """The modeled step averaged over the steps the measured mean covers (all but the first,
+    ``suite.pipeline.summary``): with an outer loop the synchronizing steps are 1 in h, so the
+    two means must cover the same steps."""
+    times = [t for t, (_, n) in zip(run_step_times(inputs, net, statistic), inputs.runs()) for _ in range(n)]
+    measured = times[1:] if len(times) > 2 else times
+    return sum(measured) / len(measured)
+
+
 def show(row: dict) -> None:
     print(
-        f"{row['task']} {row['stages']} stages x dp {row['dp']} x tp {row['tp']}  {row['link']:9s} measured {row['measured_s'] * 1e3:7.1f} ms  "
+        f"{row['task']} {row['stages']} stages x dp {row['dp']} x tp {row['tp']} {row.get('sync', 'step')} "
+        f"dp={row.get('dp_spec', 'none')}  {row['link']:9s} measured {row['measured_s'] * 1e3:7.1f} ms  "
         f"modeled {row['modeled_robust_s'] * 1e3:7.1f} ms (robust) {row['modeled_mean_s'] * 1e3:7.1f} ms (mean)  "
         f"ratio {row['ratio_robust']:.2f} / {row['ratio_mean']:.2f}  "
         f"shared cores {row['ratio_robust_shared_cores']:.2f} / {row['ratio_mean_shared_cores']:.2f}  "
@@ -134,6 +169,8 @@ def main() -> int:
     p.add_argument("--task", default="cifar10")
     p.add_argument("--tier", default="quick")
     p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--dp-spec", default="none", help="data-parallel compressor specs, ';'-separated (each a cell kind)")
+    p.add_argument("--sync", default="step", help="data-parallel synchronizations, ';'-separated: step, outer(h=5)")
     p.add_argument("--no-loopback", action="store_true", help="skip the runs without a link")
     p.add_argument("--out", default=None)
     args = p.parse_args()
@@ -150,8 +187,12 @@ def main() -> int:
         for link in links:
             for stages in [int(s) for s in args.stages.split(",")]:
                 for tp in [int(t) for t in args.tp.split(",")]:
-                    rows.append(check(stages, args.steps, link, args.dp_size, tp, args.task, args.tier))
-                    show(rows[-1])
+                    for sync in args.sync.split(";"):
+                        for dp_spec in args.dp_spec.split(";"):
+                            rows.append(
+                                check(stages, args.steps, link, args.dp_size, tp, args.task, args.tier, dp_spec, sync)
+                            )
+                            show(rows[-1])
     if args.out:
         from datetime import datetime, timezone
 

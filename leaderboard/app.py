@@ -38,6 +38,7 @@ from leaderboard.index import load_details, load_index
 from leaderboard.labels import Scale, place_labels
 from leaderboard.networks import Link, format_bandwidth, remodel
 from leaderboard.page_notes import baseline_notice, entry_notice, entry_tier
+from leaderboard.views_bandwidth import bandwidth_section
 from suite.results import DEFAULT_STORE
 from suite.results.network import PROFILES
 from suite.results.task_catalog import describe as describe_task
@@ -775,6 +776,7 @@ def main(argv: list[str] | None = None) -> None:
     sel, detailed = _time_to_quality_section(f, rows, ranked, labels, own, metric, higher, target)
     _curves_section(detailed, sel, metric)
     _detail_section(f, rows, labels, own)
+    bandwidth_section(rows, version, f.task, f.tier, load_details)  # what link each entry needs
     _score_section(frame, version, f.tier)
     _reproductions_section(frame, version)
     with st.expander("All aggregated columns"):

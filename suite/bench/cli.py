@@ -388,6 +388,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         write_claims(frame, args.format, sys.stdout)
         return EXIT_OK
+    if args.bandwidth:  # the link each entry needs for 50/90/99 % compute utilization
+        from leaderboard.bandwidth import write_bandwidth
+        from leaderboard.index import load_details
+
+        write_bandwidth(load_details(frame[(frame["status"] == "ok") & frame["latest"]]), args.format, sys.stdout)
+        return EXIT_OK
     if args.score:  # one score across tasks and networks (performance profiles)
         from leaderboard.report import write_score
 
@@ -627,6 +633,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--claims",
         action="store_true",
         help="the seed papers' claims (leaderboard/claims.yaml) with their measured effects and verdicts",
+    )
+    p.add_argument(
+        "--bandwidth",
+        action="store_true",
+        help="per compressor and task: the link bandwidth at which modeled compute utilization reaches 50/90/99%% "
+        "(pipeline, tensor- and data-parallel traffic), next to quality, bytes per step and the code's time",
     )
     p.add_argument(
         "--score",

@@ -281,7 +281,13 @@ class CompressedReduce:
             shape=x.shape,
             dtype=x.dtype,
             device=x.device,
-            seed=derive_seed(self.seed, "dp" if self.role is TensorRole.WEIGHT_GRAD else self.role.value, self.stage, bucket, self.step),
+            seed=derive_seed(
+                self.seed,
+                "dp" if self.role is TensorRole.WEIGHT_GRAD else self.role.value,
+                self.stage,
+                bucket,
+                self.step,
+            ),
             segments=segments,
             replicas=self.replicas,
         )

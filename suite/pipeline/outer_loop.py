@@ -26,6 +26,7 @@ optimizer (tested).
 from __future__ import annotations
 
 import time
+from typing import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -36,12 +37,12 @@ from .sync import DPSync
 __all__ = ["OuterLoop", "flatten", "unflatten_into"]
 
 
-def flatten(tensors: list[Tensor]) -> Tensor:
-    """One contiguous fp32-or-native copy of ``tensors`` laid end to end."""
+def flatten(tensors: Sequence[Tensor]) -> Tensor:
+    """One contiguous copy of ``tensors`` laid end to end (their dtype)."""
     return torch.cat([t.detach().reshape(-1) for t in tensors]) if tensors else torch.zeros(0)
 
 
-def unflatten_into(flat: Tensor, tensors: list[Tensor]) -> None:
+def unflatten_into(flat: Tensor, tensors: Sequence[Tensor]) -> None:
     """Copy consecutive slices of ``flat`` into ``tensors`` (in place)."""
     off = 0
     for t in tensors:

@@ -220,7 +220,9 @@ def _class_or_none(name: str) -> type | None:
         return None
 
 
-def _resolve(plan: CompressionPlan, task: Any, n_stages: int, dp: int, tp: int = 1, outer: bool = False) -> ResolvedPlan:
+def _resolve(
+    plan: CompressionPlan, task: Any, n_stages: int, dp: int, tp: int = 1, outer: bool = False
+) -> ResolvedPlan:
     for b, _, _ in plan.per_boundary:
         if not 0 <= b < n_stages - 1:
             raise ConfigError(

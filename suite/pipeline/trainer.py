@@ -31,7 +31,7 @@ from .config import CellConfig, ConfigError
 from .errors import RunTimeout
 from .placement import Placement
 from .plan import resolve_plan
-from .stage import Stage, keep_stage_rng
+from .stage import GradSync, Stage, keep_stage_rng
 from .tensor_parallel import TPGroup, check_shardable, shard_stage
 from .timing import Clock
 from .transport import DistTransport, LocalTransport, Transport
@@ -167,7 +167,8 @@ def train(
             )
             check_shardable(shard_stage(modules[s], tp), cfg.task, s)
         module = modules[s].to(device)
-        train_module, sync = module, None
+        train_module: Any = module
+        sync: GradSync | None = None
         if placement.dp_size > 1 and not cfg.sync.outer:  # every step: DDP with the compressed hook
             from .data_parallel import CompressedReduce, wrap_stage
 
@@ -255,7 +256,7 @@ def train(
         for st in stages.values():
             st.finish_step()
         if cfg.sync.due(step, budget.steps):
-            for s, loop in outer_loops.items():
+            for loop in outer_loops.values():
                 loop.synchronize(step)
         transport.flush()
         if device.type == "cuda":  # the step ends when its kernels do (the clocks do not sync)

@@ -344,3 +344,23 @@ def test_threshold_sample_is_reproducible():
     a, _ = _rt(Threshold(), x, seed=5)
     b, _ = _rt(Threshold(), x, seed=5)
     assert all(torch.equal(u, v) for u, v in zip(a, b))
+
+
+@pytest.mark.parametrize("shape, granularity", [((5000,), "sample"), ((4, 8, 16), "sample"), ((4, 8, 16), "tensor")])
+def test_topk_bits_quantizes_the_kept_values_to_two_bit_levels(shape, granularity):
+    """SparseLoCo's code: top-k positions, values on 2**bits symmetric levels of one absmax scale."""
+    x = _randn(*shape)
+    plain = compressors.build(f"topk(ratio=0.05, granularity={granularity})")
+    c = compressors.build(f"topk(ratio=0.05, granularity={granularity}, bits=2)")
+    info = _info(x)
+    p_plain, p = plain.compress(x, info), c.compress(x, info)
+    y, y_plain = c.decompress(p, info), plain.decompress(p_plain, info)
+    assert torch.equal(y != 0, y_plain != 0)  # the same positions
+    scale = x.abs().max()
+    kept = y[y != 0].abs()
+    levels = kept / scale * 3  # |values| are scale / 3 or scale
+    assert torch.allclose(levels, levels.round(), atol=1e-4) and set(levels.round().tolist()) <= {1.0, 3.0}
+    k = int((y_plain != 0).sum())
+    assert payload_nbytes(p) == payload_nbytes(p_plain) - 4 * k + math.ceil(k / 4) + 4  # 2 bits a value + scale
+    with pytest.raises(CompressorError, match="bits"):
+        compressors.build("topk(bits=9)")

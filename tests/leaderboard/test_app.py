@@ -44,9 +44,12 @@ def test_ranking_table_and_sections_render(app):
         "Time to quality",
         "Training curves",
         "Entry details",
+        "What link do I need",
         "Benchmark score",
         "Reproductions",
     ]
+    links = [d.value for d in app.dataframe if "link 50%" in d.value.columns]
+    assert links and {"link 90%", "link 99%", "code ms/step"} <= set(links[0].columns)
     charts = [e for e in app.main if getattr(e, "type", None) == "vega_lite_chart"]
     assert len(charts) == 4  # Pareto plot, time to quality, curves, performance profiles
     detail = app.json[0].value

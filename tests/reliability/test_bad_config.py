@@ -104,9 +104,9 @@ CLI_CASES = [
         "compressor 'ae' cannot compress the backward direction (activation_grad)",
     ),
     (
-        "dp compressor without replicas",
-        ["--task", "tiny", "--dp", "fp16"],
-        "dp compressor 'fp16' needs data-parallel replicas; set dp_size >= 2",
+        "pseudo-gradient code that did not opt in",
+        ["--task", "tiny", "--dp", "aqsgd", "--sync", "outer(h=2)"],
+        "dp compressor 'aqsgd' cannot compress the dp direction (pseudo_grad)",
     ),
     (
         "stages out of range",

@@ -26,6 +26,7 @@ __all__ = [
     "StepLoad",
     "TimingInputs",
     "encode_steps",
+    "mean_load",
     "interpolate_target_step",
     "quantile",
 ]
@@ -232,7 +233,9 @@ def _from_v1(d: Mapping[str, Any]) -> TimingInputs:
     )
 
 
-def _mean_load(loads: list[StepLoad]) -> StepLoad:
+def mean_load(loads: list[StepLoad]) -> StepLoad:
+    """Field-wise mean of equally shaped step loads."""
+
     def mean(objs, cls):
         return cls(**{k: sum(getattr(o, k) for o in objs) / len(objs) for k in cls.__dataclass_fields__})
 
@@ -259,7 +262,7 @@ def encode_steps(loads: list[StepLoad], warmup_steps: int = 0, max_runs: int = 2
                 runs.append([load, 1])
         if len(runs) > max_runs:
             bounds = [round(i * len(phase) / max_runs) for i in range(max_runs + 1)]
-            runs = [[_mean_load(phase[a:b]), b - a] for a, b in zip(bounds, bounds[1:]) if b > a]
+            runs = [[mean_load(phase[a:b]), b - a] for a, b in zip(bounds, bounds[1:]) if b > a]
         out_loads += [r[0] for r in runs]
         out_counts += [r[1] for r in runs]
     return out_loads, out_counts

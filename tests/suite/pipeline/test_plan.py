@@ -33,10 +33,11 @@ REFUSED = {
         ["--compressor", "ae"],
         "backward compressor 'ae' cannot compress the backward direction (activation_grad)",
     ),
-    "dp spec without replicas": (
-        dict(plan=CompressionPlan(dp="fp16")),
-        ["--compressor", "none", "--dp", "fp16"],
-        "dp compressor 'fp16' needs data-parallel replicas; set dp_size >= 2 (--dp-size 2)",
+    "pseudo-gradient code that did not opt in": (
+        dict(plan=CompressionPlan(dp="aqsgd"), sync="outer(h=2)"),
+        ["--compressor", "none", "--dp", "aqsgd", "--sync", "outer(h=2)"],
+        "dp compressor 'aqsgd' cannot compress the dp direction (pseudo_grad): aqsgd does not support role "
+        "pseudo_grad (it handles: activation, activation_grad)",
     ),
     "unknown parameter inside a wrapper": (
         dict(plan=CompressionPlan(forward="ef(topk(rate=0.1))")),
