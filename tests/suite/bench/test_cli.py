@@ -36,8 +36,8 @@ def test_list_compressors_with_params_roles_and_broken_plugins(capsys, monkeypat
     )
     rc, out, _ = cli(capsys, "list", "compressors")
     assert rc == 0
-    assert "topk" in out and "params: ratio=0.1, granularity=sample" in out
-    assert "roles: activation, activation_grad, tp_activation, tp_activation_grad, weight_grad" in out
+    assert "topk" in out and "params: ratio=0.1, granularity=sample, bits=0" in out
+    assert "roles: activation, activation_grad, pseudo_grad, tp_activation, tp_activation_grad, weight_grad" in out
     assert "ef " in out and "inner=<required>" in out
     assert "requires: residual_subspace" in out
     assert "broken plugins (1)" in out and "badplug" in out and "ImportError: no bad_dep" in out
