@@ -170,7 +170,11 @@ CLI_CASES = [
         ],
         "1 task(s) x 12 compressor entries x 1000 seed(s) is more than 10000 cells",
     ),
-    ("unknown tier", ["--task", "tiny", "--tier", "huge"], "unknown tier 'huge'; valid tiers: smoke, quick, gpu, full"),
+    (
+        "unknown tier",
+        ["--task", "tiny", "--tier", "huge"],
+        "unknown tier 'huge'; valid tiers: smoke, quick, plateau, gpu, full",
+    ),
 ]
 
 

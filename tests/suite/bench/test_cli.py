@@ -199,7 +199,7 @@ def test_validate_problems_and_entries(capsys, tmp_path):
         (["run", "--task", "cifar10", "--compressor", "topk(ratio=7)"], "ratio=7 must be a number"),
         (["run", "--task", "cifar10", "--compressor", "nosuch"], "unknown compressor 'nosuch'; valid names:"),
         (["run", "--seeds", "0,0"], "--seeds: '0,0' is not a seed count"),
-        (["run", "--tier", "huge"], "unknown tier 'huge'; valid tiers: smoke, quick, gpu, full"),
+        (["run", "--tier", "huge"], "unknown tier 'huge'; valid tiers: smoke, quick, plateau, gpu, full"),
         (["run", "--matrix", "/nonexistent.yaml"], "cannot read matrix file"),
         pytest.param(
             ["run", "--tier", "gpu", "--task", "shakespeare"],
@@ -239,7 +239,10 @@ def test_check_consistency_flag_is_parsed_into_every_cell_without_changing_keys(
 @pytest.mark.parametrize(
     "args, expected",
     [
-        (["--tier", "quik"], "unknown tier 'quik' (did you mean 'quick'?); valid tiers: smoke, quick, gpu, full"),
+        (
+            ["--tier", "quik"],
+            "unknown tier 'quik' (did you mean 'quick'?); valid tiers: smoke, quick, plateau, gpu, full",
+        ),
         (["--task", "cifar1"], "unknown task 'cifar1' (did you mean 'cifar10'?); valid tasks: cifar10, "),
         (["--compressor", "topkk(ratio=0.1)"], "unknown compressor 'topkk' (did you mean 'topk'?); valid names: "),
         (["--compressor", "zzz"], "unknown compressor 'zzz'; valid names: "),  # nothing close: no guess
