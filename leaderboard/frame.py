@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from functools import lru_cache
 from typing import Any, Iterable
 
@@ -23,6 +24,7 @@ import pandas as pd
 
 from leaderboard.networks import network_profiles
 from suite.results import network as model
+from suite.results.entries import latest_flags, machine_label, row_keys, setup_label
 from suite.results.network.timing_inputs import interpolate_target_step
 from suite.results.records import (  # the record schema's byte directions and key lists
     DIRECTIONS,
@@ -88,95 +90,6 @@ def _pos_int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
-def _word(v: Any) -> str:
-    """A record's short setting (schedule, mode, device) on one line and bounded: record text is untrusted."""
-    return " ".join(_str(v).split())[:40]
-
-
-def setup_label(record: dict[str, Any]) -> str:
-    """The run setup of a record besides its compressor, as a short stable string, e.g.
-    ``"4 stages, 1f1b, M=4, single, cpu"`` (+ ``", dp=2"``, ``", tp=2"``, ``", sync outer(h=10)"``, ``", 200 steps"``, ``", warm-up 10"``
-    when set).
-
-    Stages, schedule, micro-batches, mode, device and dp come from the record's ``run`` (what
-    actually ran, defaults resolved), else from its ``config`` (a failed record has no ``run``;
-    :func:`to_frame` then borrows the resolved setup of an ok record with the same config).
-    ``steps`` is the config's step override (the tier's own count is implied by the tier) and
-    the warm-up is ``compress_warmup_steps``. Missing fields are left out, so an old or minimal
-    record still gets a (shorter) label; ``""`` when nothing is known.
-    """
-    run, cfg = _dict(record.get("run")), _dict(record.get("config"))
-    stages = _pos_int(run.get("n_stages")) or _pos_int(cfg.get("stages"))
-    micro = _pos_int(run.get("microbatches")) or _pos_int(cfg.get("microbatches"))
-    dp = _pos_int(run.get("dp")) or _pos_int(cfg.get("dp"))
-    steps, warmup = _pos_int(cfg.get("steps")), _pos_int(cfg.get("compress_warmup_steps"))
-    parts = [f"{stages} stage{'' if stages == 1 else 's'}" if stages else ""]
-    parts.append(_word(run.get("schedule")) or _word(cfg.get("schedule")))
-    parts.append(f"M={micro}" if micro else "")
-    parts.append(_word(run.get("mode")) or _word(cfg.get("mode")))
-    parts.append(_word(run.get("device")) or _word(cfg.get("device")))
-    parts.append(f"dp={dp}" if dp and dp != 1 else "")  # dp=1 is the default: not worth a word
-    tp = _pos_int(cfg.get("tp"))
-    parts.append(f"tp={tp}" if tp and tp != 1 else "")  # tensor-parallel ranks per stage
-    sync = _word(cfg.get("sync"))
-    parts.append(f"sync {sync}" if sync and sync != "step" else "")  # DiLoCo-style outer loop
-    parts.append(f"{steps} steps" if steps else "")
-    parts.append(f"warm-up {warmup}" if warmup else "")
-    hosts, link = _pos_int(cfg.get("nnodes")), _word(cfg.get("link"))
-    parts.append(f"{hosts} hosts" if hosts and hosts > 1 else "")
-    parts.append(f"link {link}" if link else "")  # an emulated link is another experiment
-    return ", ".join(p for p in parts if p)
-
-
-_SETUP_CONFIG_KEYS = (
-    "stages",
-    "dp",
-    "tp",
-    "schedule",
-    "microbatches",
-    "compress_warmup_steps",
-    "mode",
-    "device",
-    "steps",
-    "nnodes",
-    "link",
-    "sync",
-)
-
-
-def _setup_signature(record: dict[str, Any]) -> str:
-    """The record's requested setup as written in its config (defaults unresolved)."""
-    cfg = _dict(record.get("config"))
-    return repr([cfg.get(k) for k in _SETUP_CONFIG_KEYS])
-
-
-def _resolve_setups(frame: pd.DataFrame) -> None:
-    """A record without ``run`` (a failed cell) gets the resolved setup of an ok record of the
-    same task, tier and requested config, so it counts in the same row (``stages: null`` in the
-    config means the task's default, which only a record that ran knows)."""
-    missing = ~frame["_has_run"]
-    if not missing.any() or missing.all():
-        return
-    known = frame[~missing].groupby(["task", "tier", "_setup_sig"])["setup"].agg(lambda s: s.mode().iloc[0])
-    for i in frame.index[missing]:
-        key = (frame.at[i, "task"], frame.at[i, "tier"], frame.at[i, "_setup_sig"])
-        if key in known.index:
-            frame.at[i, "setup"] = known[key]
-
-
-def machine_label(provenance: dict[str, Any]) -> str:
-    """The machine class of a record: the GPU model when a GPU ran it, else the CPU model and
-    how many cores the run could use, e.g. ``"Intel(R) Xeon(R) Processor @ 2.50GHz, 2 cores"``.
-    Two records of one setup on different machine classes are different experiments."""
-    machine = _dict(provenance.get("machine"))
-    gpu = " ".join(_str(machine.get("gpu")).split())[:80]
-    if gpu:
-        return gpu
-    cpu = " ".join(_str(machine.get("cpu")).split())[:80]
-    cores = _pos_int(machine.get("cpu_affinity")) or _pos_int(machine.get("cpu_count"))
-    return cpu + (f", {cores} core{'' if cores == 1 else 's'}" if cores else "")
-
-
 def _load(provenance: dict[str, Any]) -> tuple[float, float]:
     """(1-minute, 15-minute) load average of the machine when the record was written, from
     ``provenance.load.load_avg`` (``os.getloadavg()``: runnable processes, not a percentage);
@@ -238,14 +151,51 @@ def board_target(r: dict[str, Any]) -> tuple[float, float | None, float | None] 
     return target, interpolate_target_step(points, target, hib), first
 
 
-def _modeled(r: dict[str, Any], target_step: float | None | str = "stored") -> tuple[dict[str, Any], float]:
+class RemodelBudget:
+    """What re-modeling older records may cost one :func:`to_frame` call (one entry folder or store,
+    on every path that builds rows: the page, the index, ``report``): at most
+    :data:`REMODEL_BUDGET_S` seconds of CPU in all and, per record, inputs of at most
+    :data:`suite.results.network.MAX_MODEL_COST` simulation work. A record beyond either keeps its
+    stored times and gets model version NaN ("not re-modeled"), counted in :attr:`skipped`."""
+
+    def __init__(self, seconds: float | None = None) -> None:
+        self.left = REMODEL_BUDGET_S if seconds is None else seconds
+        self.skipped = 0
+
+    def remodel(self, timing: dict[str, Any], profiles: tuple[str, ...]) -> dict[str, dict[str, float | None]] | None:
+        """The current model's times, or None when over budget (or the inputs cannot be read)."""
+        text = json.dumps(timing, sort_keys=True, separators=(",", ":"))
+        try:
+            if text in _COSTS:  # simulated before in this process: its cost was counted then
+                return _remodel(text, profiles)
+            inputs = model.TimingInputs.from_dict(timing)
+            if self.left <= 0 or model.model_cost(inputs, len(profiles)) > model.MAX_MODEL_COST:
+                self.skipped += 1
+                return None
+            t0 = time.process_time()
+            out = _remodel(text, profiles)
+            _COSTS.add(text)
+            self.left -= time.process_time() - t0
+            return out
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # untrusted stored inputs
+            return None
+
+
+REMODEL_BUDGET_S = 120.0  # CPU seconds of re-modeling per to_frame call (the baselines' 84 old records: ~15 s)
+_COSTS: set[str] = set()  # inputs already simulated in this process (the lru cache holds their times)
+
+
+def _modeled(
+    r: dict[str, Any], target_step: float | None | str = "stored", budget: RemodelBudget | None = None
+) -> tuple[dict[str, Any], float]:
     """(the record's modeled times per profile, the model version they come from). A record
     written by an older network model (``model_version`` below
     :data:`suite.results.network.MODEL_VERSION`, or none) is re-modeled here from its stored
-    ``timing_inputs`` at its named profiles, so the board ranks every record by one model;
-    so is a record whose inputs' ``target_step`` is not ``target_step`` (the board's, from
-    :func:`board_target`; ``"stored"``: keep the inputs'). A record without usable inputs keeps
-    its stored times (its version: NaN if unknown)."""
+    ``timing_inputs`` at its named profiles, within ``budget`` (:class:`RemodelBudget`), so the
+    board ranks every record by one model; so is a record whose inputs' ``target_step`` is not
+    ``target_step`` (the board's, from :func:`board_target`; ``"stored"``: keep the inputs'). A
+    record without usable inputs, or over the budget, keeps its stored times (its version: NaN if
+    unknown, NaN too when over the budget)."""
     stored = _dict(r.get("modeled"))
     version = r.get("model_version")
     version = version if isinstance(version, int) and not isinstance(version, bool) else None
@@ -260,10 +210,9 @@ def _modeled(r: dict[str, Any], target_step: float | None | str = "stored") -> t
     if version == model.MODEL_VERSION or not isinstance(timing, dict):
         return stored, math.nan if version is None else float(version)
     profiles = tuple(p for p in stored if p in model.PROFILES)
-    try:
-        fresh = _remodel(json.dumps(timing, sort_keys=True, separators=(",", ":")), profiles)
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # untrusted stored inputs
-        return stored, math.nan if version is None else float(version)
+    fresh = (budget or RemodelBudget()).remodel(timing, profiles)
+    if fresh is None:
+        return stored, math.nan
     return {**stored, **fresh}, float(model.MODEL_VERSION)
 
 
@@ -281,7 +230,9 @@ def _remodel(timing_json: str, profiles: tuple[str, ...]) -> dict[str, dict[str,
     return model.model_run(inputs, {p: model.PROFILES[p] for p in profiles})
 
 
-def to_frame(records: Iterable[dict[str, Any]], *, details: bool = True) -> pd.DataFrame:
+def to_frame(
+    records: Iterable[dict[str, Any]], *, details: bool = True, budget: RemodelBudget | None = None
+) -> pd.DataFrame:
     """One row per record, flattened for pandas.
 
     Records are ``mpcbench.record/1`` dicts (already validated), optionally with ``entry``,
@@ -321,18 +272,17 @@ def to_frame(records: Iterable[dict[str, Any]], *, details: bool = True) -> pd.D
       ``entry_info`` (dicts). With ``details=False`` the first three are left out and
       ``entry_info`` is a JSON string (the compact index's row, see the module docstring).
     """
+    records = list(records)
     infos: dict[int, tuple[Any, str]] = {}  # entry_info JSON by object: the loader attaches one dict per entry
-    rows = [_flatten(r, details, infos) for r in records]
+    budget = RemodelBudget() if budget is None else budget
+    rows = [_flatten(r, details, infos, budget) for r in records]
     frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(columns=_BASE_COLUMNS)
-    _resolve_setups(frame)
-    frame = frame.drop(columns=["_has_run", "_setup_sig"])
-    # a rerun of the same cell in the same entry supersedes the older record
-    order = frame.reset_index().sort_values(["created", "index"], kind="stable")
-    last = order.drop_duplicates(["entry", "cell_key"], keep="last")["index"]
-    last_seed = order.drop_duplicates(["entry", "task", "tier", "compressor", "setup", "seed"], keep="last")["index"]
-    frame["latest"] = frame.index.isin(last) & frame.index.isin(last_seed)
+    # the row and the latest-record rule are the entry model's (suite.results.entries), as the verifier's
+    keys = row_keys(records)
+    frame["setup"] = [k.setup for k in keys]
+    frame["latest"] = latest_flags(records, keys)
     # every profile seen anywhere gets a column (NaN where a record lacks it)
     for p in network_profiles(frame):
         for c in (f"time_to_target_s@{p}", f"total_s@{p}"):
@@ -393,7 +343,10 @@ def canonical_inputs(text: str) -> str:
 
 
 def _flatten(
-    r: dict[str, Any], details: bool = True, infos: dict[int, tuple[Any, str]] | None = None
+    r: dict[str, Any],
+    details: bool = True,
+    infos: dict[int, tuple[Any, str]] | None = None,
+    budget: RemodelBudget | None = None,
 ) -> dict[str, Any]:
     ok = r.get("status") == "ok"
     info = _dict(r.get("entry_info"))
@@ -414,8 +367,6 @@ def _flatten(
         "tier": _str(r.get("tier")),
         "compressor": compressor,
         "setup": setup_label(r),
-        "_has_run": bool(run),
-        "_setup_sig": _setup_signature(r),
         "seed": int(r["seed"]) if isinstance(r.get("seed"), int) else -1,
         "status": _str(r.get("status")),
         "error": _str(r.get("error")),
@@ -465,7 +416,7 @@ def _flatten(
     if revised is not None:
         row["target"], target_step, first = revised
         row["reached_target_step"] = math.nan if first is None else first
-    modeled, row["model_version"] = _modeled(r, target_step)
+    modeled, row["model_version"] = _modeled(r, target_step, budget)
     for prof, m in modeled.items():
         m = _dict(m)
         row[f"time_to_target_s@{prof}"] = _num(m.get("time_to_target_s"))

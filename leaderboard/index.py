@@ -26,19 +26,13 @@ of record files) and more than one CPU; results come back in the sources' order,
 and problems are those of the serial build. ``MPCBENCH_INDEX_WORKERS`` sets the number of
 processes (``1``: serial).
 
-**The committed index**. Loading a records folder the first time costs seconds per
-record where records must be re-modeled (written by an older network model), so the rows of
-every entry folder are also committed next to them: ``records/leaderboard-index.parquet``
-and ``records/leaderboard-index.json`` (the SHA-256 of every file of every entry folder,
-the index layout, the network model version and a hash of the code that turns records into
-rows, ``_ROW_CODE``). On first sight of a folder an entry whose files hash to what was
-committed takes its rows from there; any other entry (new, changed, or any of those built by
-other code) is loaded from its files as always,
-so a stale committed index costs time, never correctness. Regenerate it with one command::
-
-    python -m leaderboard.index records      # writes the two files in records/
-
-(``tests/leaderboard/test_committed_index.py`` fails while it is stale.)
+**No derived file is committed.** The index is only ever a local cache, keyed by its inputs: the
+SHA-256 of every file of every entry folder (a store: its size and modification time), the
+index layout, the network model version and a hash of the code that turns records into rows
+(``_ROW_CODE``). A records folder carries no rows, so a pull request cannot change the board by
+editing a derived file; a stray ``records/leaderboard-index.*`` is ignored (docs/reliability.md,
+"Derived artifacts"). The cold cost this moves to the first open is bounded: records written by an
+older network model are re-modeled within a budget per source (``leaderboard.frame.RemodelBudget``).
 """
 
 from __future__ import annotations
@@ -70,11 +64,8 @@ __all__ = [
     "load_details",
     "load_records",
     "default_index_dir",
-    "write_committed_index",
-    "committed_index_status",
     "HEAVY_COLUMNS",
     "INDEX_VERSION",
-    "COMMITTED_INDEX",
 ]
 
 INDEX_VERSION = 3  # bump when the row layout changes: every index is rebuilt (3: heavy.parquet apart)
@@ -85,7 +76,6 @@ _HEAVY_SCHEMA = _HEAVY_SCHEMA.append(pa.field(HEAVY_COLUMNS[0], pa.string()))
 PARALLEL_MIN_BYTES = 16 * 2**20  # record files to load before worker processes pay off (~800 records)
 MAX_WORKERS = 16
 _DETAIL_FIELDS = ("curve", "config", "provenance")
-COMMITTED_INDEX = ("leaderboard-index.parquet", "leaderboard-index.json")  # in a records folder
 
 
 @dataclass
@@ -133,6 +123,21 @@ def _stat(p: Path) -> list[Any]:
         return [p.name, None, None]
 
 
+def _content(p: Path) -> list[Any]:
+    """[name, None, size, sha256] of an entry folder's file: the cache is keyed by what the files
+    hold, not by when they were written (a file over the loader's cap: its size and mtime only)."""
+    if p.is_symlink() or not p.is_file() or p.stat().st_size > submissions.MAX_FILE_BYTES:
+        return _stat(p)
+    h = hashlib.sha256()
+    try:
+        with p.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:
+        return _stat(p)
+    return [p.name, None, p.stat().st_size, h.hexdigest()]
+
+
 def _sources(stores: list[str], records_dirs: list[str]) -> list[tuple[str, str, str, list[Any]]]:
     """(key, kind, path, signature) of every source: entry folders first (they carry the
     attribution), then stores; the signature changes whenever a file in it changes."""
@@ -143,7 +148,7 @@ def _sources(stores: list[str], records_dirs: list[str]) -> list[tuple[str, str,
         dirs = sorted(p for p in root.iterdir() if not p.name.startswith(".") and (p.is_dir() or p.is_symlink()))
         for d in dirs[: submissions.MAX_ENTRIES]:
             files = sorted(d.iterdir()) if d.is_dir() and not d.is_symlink() else []
-            out.append((f"entry:{d.resolve()}", "entry", str(d), [_stat(f) for f in files] or [_stat(d)]))
+            out.append((f"entry:{d.resolve()}", "entry", str(d), [_content(f) for f in files] or [_stat(d)]))
     for s in stores:
         entry = "local" if len(stores) == 1 else f"local:{Path(s).stem}"
         out.append((f"store:{Path(s).resolve()}:{entry}", "store", str(s), [_stat(Path(s)), entry]))
@@ -264,7 +269,7 @@ def _task_bytes(task: tuple[str, str, list[Any]]) -> int:
     """Bytes of a source's files, from its signature (an entry: [[name, mtime, size], ...]; a store: [[...], entry])."""
     kind, _path, sig = task
     stats = sig if kind == "entry" else sig[:1]
-    return sum(s[2] or 0 for s in stats if isinstance(s, list) and len(s) == 3 and isinstance(s[2], int))
+    return sum(s[2] or 0 for s in stats if isinstance(s, list) and len(s) >= 3 and isinstance(s[2], int))
 
 
 def _stop(procs: list) -> None:
@@ -345,32 +350,7 @@ def _write_atomic(path: Path, write) -> None:
             os.unlink(tmp)
 
 
-def _entry_dirs(root: Path) -> list[Path]:
-    """The entry folders of a records folder, as :func:`_sources` lists them."""
-    if not root.is_dir():
-        return []
-    dirs = sorted(p for p in root.iterdir() if not p.name.startswith(".") and (p.is_dir() or p.is_symlink()))
-    return dirs[: submissions.MAX_ENTRIES]
-
-
-def _file_hashes(d: Path) -> dict[str, str] | None:
-    """SHA-256 of every file of the entry folder ``d`` (None: not a plain folder)."""
-    if not d.is_dir() or d.is_symlink():
-        return None
-    out = {}
-    for f in sorted(d.iterdir()):
-        h = hashlib.sha256()
-        try:
-            with open(f, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(chunk)
-        except OSError:
-            return None
-        out[f.name] = h.hexdigest()
-    return out
-
-
-# the code that turns record files into index rows: a committed index built by other code is stale
+# the code that turns record files into index rows: a cache built by other code is rebuilt
 _ROW_CODE = ("leaderboard/frame.py", "leaderboard/submissions.py", "leaderboard/networks.py", "suite/results")
 
 
@@ -390,103 +370,6 @@ def _versions() -> dict[str, Any]:
     return {"version": INDEX_VERSION, "model_version": MODEL_VERSION, "code": _code_hash()}
 
 
-def write_committed_index(records_dir: str | Path) -> Path:
-    """Build the committed index of ``records_dir`` from its files (every entry loaded with all
-    checks, as :func:`load_index` would) and write it next to the entry folders."""
-    root = Path(records_dir)
-    parts, entries = [], {}
-    for d in _entry_dirs(root):
-        hashes = _file_hashes(d)
-        if hashes is None:
-            continue
-        frame, problems = _load_source("entry", str(d), [])
-        frame = frame.drop(columns=["source"]).assign(_entry=d.name)
-        parts.append(frame)
-        entries[d.name] = {"files": hashes, "problems": [[_relative(p.path, d), p.reason] for p in problems]}
-    table = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else None
-    if table is None:
-        table = to_frame([], details=False).assign(_entry="")
-    table = _typed(table)
-    parquet, manifest = (root / n for n in COMMITTED_INDEX)
-    _write_atomic(parquet, lambda tmp: pq.write_table(pa.Table.from_pandas(table, preserve_index=False), tmp))
-    text = json.dumps({**_versions(), "entries": entries}, indent=1, sort_keys=True) + "\n"
-    _write_atomic(manifest, lambda tmp: Path(tmp).write_text(text))
-    for f in (parquet, manifest):
-        f.chmod(0o644)  # committed files: readable like the records (mkstemp makes them private)
-    return parquet
-
-
-def committed_index_status(records_dir: str | Path) -> dict[str, str]:
-    """Entry folder -> why its committed rows cannot be used ("" when they can), for every
-    entry folder of ``records_dir`` (and every committed entry that is gone)."""
-    root = Path(records_dir)
-    manifest = _committed_manifest(root)
-    status: dict[str, str] = {}
-    if manifest is None:
-        return {d.name: "no committed index" for d in _entry_dirs(root)}
-    if {k: manifest.get(k) for k in _versions()} != _versions():
-        was = {k: manifest.get(k) for k in _versions()}
-        return {d.name: f"built by other code: {was} (now {_versions()})" for d in _entry_dirs(root)}
-    entries = manifest.get("entries", {})
-    for d in _entry_dirs(root):
-        got = entries.get(d.name)
-        if got is None:
-            status[d.name] = "not in the committed index"
-        elif got.get("files") != _file_hashes(d):
-            status[d.name] = "files changed since the index was built"
-        else:
-            status[d.name] = ""
-    for name in set(entries) - {d.name for d in _entry_dirs(root)}:
-        status[name] = "committed but gone"
-    return status
-
-
-def _relative(path: str, d: Path) -> str:
-    try:
-        return str(Path(path).relative_to(d))
-    except ValueError:
-        return path
-
-
-def _committed_manifest(root: Path) -> dict[str, Any] | None:
-    try:
-        manifest = json.loads((root / COMMITTED_INDEX[1]).read_text())
-    except (OSError, ValueError):
-        return None
-    return manifest if isinstance(manifest, dict) and (root / COMMITTED_INDEX[0]).is_file() else None
-
-
-class _Committed:
-    """The committed indexes of the records folders of one :func:`load_index` call, read lazily."""
-
-    def __init__(self) -> None:
-        self._manifests: dict[Path, dict[str, Any] | None] = {}
-        self._tables: dict[Path, pd.DataFrame] = {}
-
-    def rows(self, entry: Path) -> tuple[pd.DataFrame, list[Problem]] | None:
-        """The committed rows of entry folder ``entry`` if its files are the ones they were
-        built from (same hashes, index layout and network model version); else None."""
-        root = entry.parent
-        if root not in self._manifests:
-            m = _committed_manifest(root)
-            self._manifests[root] = m if m is not None and all(m.get(k) == v for k, v in _versions().items()) else None
-        manifest = self._manifests[root]
-        got = manifest and manifest.get("entries", {}).get(entry.name)
-        if not got or got.get("files") != _file_hashes(entry):
-            return None
-        if root not in self._tables:
-            try:
-                self._tables[root] = pq.read_table(root / COMMITTED_INDEX[0]).to_pandas()
-            except Exception:  # noqa: BLE001 - an unreadable committed index is only a slower first load
-                self._manifests[root] = None
-                return None
-        table = self._tables[root]
-        frame = table[table["_entry"] == entry.name].drop(columns=["_entry"]).reset_index(drop=True)
-        frame["source"] = str(entry)
-        problems = [Problem(str(entry / p) if not Path(p).is_absolute() else p, r) for p, r in got.get("problems", [])]
-        return frame, problems
-
-
 def _typed(table: pd.DataFrame) -> pd.DataFrame:
     for c in table.columns:  # a column all-None in one part and typed in another
         if table[c].dtype == object and table[c].map(lambda v: isinstance(v, float)).all():
@@ -499,11 +382,9 @@ def load_index(
     records_dirs: Iterable[str] = (),
     *,
     index_dir: str | Path | None = None,
-    committed: bool = True,
 ) -> Index:
     """The index of these sources, brought up to date (see the module docstring). A store's
-    copy of a record already committed in an entry is dropped (as :func:`submissions.load_all`).
-    ``committed=False`` ignores committed indexes (every new entry is loaded from its files)."""
+    copy of a record already committed in an entry is dropped (as :func:`submissions.load_all`)."""
     stores, records_dirs = [str(s) for s in stores], [str(d) for d in records_dirs]
     folder = Path(index_dir) if index_dir else default_index_dir(stores, records_dirs)
     folder.mkdir(parents=True, exist_ok=True)
@@ -511,7 +392,7 @@ def load_index(
     try:
         manifest = json.loads(manifest_path.read_text())
         # a cached index built by other row-building code (a new column, another network model) is
-        # rebuilt whole, as the committed index is: its rows would lack what this code reads
+        # rebuilt whole: its rows would lack what this code reads
         if manifest.get("versions") != _versions() or not path.exists():
             manifest = {}
     except (OSError, ValueError):
@@ -528,14 +409,12 @@ def load_index(
             kept = pq.read_table(path, filters=[("_key", "in", keep)]).to_pandas()
             parts.append(kept)
         new_meta = {k: old[k] for k in keep}
-        prebuilt = _Committed()
-        ready = [prebuilt.rows(Path(src)) if kind == "entry" and committed else None for _, kind, src, _ in changed]
-        loaded = _load_sources([c[1:] for c, got in zip(changed, ready) if got is None])
+        loaded = _load_sources([c[1:] for c in changed])
         heavy = _HeavyWriter(folder / HEAVY_FILE)
         try:
             heavy.copy(folder / HEAVY_FILE, keep)
-            for (key, _kind, _src, sig), got in zip(changed, ready):
-                frame, problems = got if got is not None else next(loaded)
+            for key, _kind, _src, sig in changed:
+                frame, problems = next(loaded)
                 frame["_key"] = key
                 heavy.add(frame)  # written now; the rows kept in memory are the light ones
                 parts.append(frame.drop(columns=[c for c in HEAVY_COLUMNS if c in frame]))
@@ -647,23 +526,3 @@ def load_details(rows: pd.DataFrame) -> pd.DataFrame:
         timing = [details.get(k, {}).get("timing_inputs") for k in keys]
         rows["timing_inputs"] = [json.dumps(t, separators=(",", ":")) if isinstance(t, dict) else "" for t in timing]
     return rows
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m leaderboard.index [RECORDS_DIR ...]``: (re)write the committed index of each
-    records folder (default ``records``)."""
-    import sys
-
-    dirs = (sys.argv[1:] if argv is None else argv) or ["records"]
-    for d in dirs:
-        path = write_committed_index(d)
-        stale = {k: v for k, v in committed_index_status(d).items() if v}
-        print(f"{path}: {pq.read_metadata(path).num_rows} rows")
-        if stale:
-            print(f"still stale: {stale}")
-            return 1
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -29,6 +29,7 @@ import pandas as pd
 
 from leaderboard.frame import BASELINE, BYTE_DIRECTIONS, DIRECTIONS
 from leaderboard.networks import network_profiles
+from suite.results.entries import ROW_FIELDS
 from suite.results.tier_spread import load_spread
 
 __all__ = [
@@ -53,7 +54,7 @@ ALPHA_MARKERS = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
 N_TOO_SMALL = "n too small"
 NOT_RESOLVED = "not resolved"
 # one leaderboard row: a compressor of one entry under one run setup on one machine class
-GROUP = ["task", "tier", "entry", "compressor", "setup", "machine"]
+GROUP = list(ROW_FIELDS)  # the entry model's row key (suite.results.entries), the verifier's unit too
 
 
 # --------------------------------------------------------------------------- Student's t
@@ -322,8 +323,8 @@ def _first_nonempty(frame: pd.DataFrame, gid: pd.Series, col: str) -> pd.Series:
 def aggregate(frame: pd.DataFrame, *, spread: Mapping[tuple[str, str], SeedSpread] | None = None) -> pd.DataFrame:
     """One row per (task, tier, entry, compressor, setup, machine) over the seeds of that entry.
 
-    ``setup`` is the run setup (:func:`leaderboard.frame.setup_label`) and ``machine`` the
-    machine class (:func:`leaderboard.frame.machine_label`): records that ran under different
+    ``setup`` is the run setup (:func:`suite.results.entries.setup_label`) and ``machine`` the
+    machine class (:func:`suite.results.entries.machine_label`): records that ran under different
     settings or on different machine classes are different experiments, so they are separate
     rows, never pooled as seeds. Only the latest record per cell counts (``frame.latest``);
     failed / timed-out records count in ``n_failed`` but not in the statistics. Columns:

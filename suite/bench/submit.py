@@ -69,7 +69,7 @@ class Baselines:
 def missing_baselines(records: list[dict[str, Any]], here: str, entry: Path) -> Baselines:
     """The ``none`` cells missing from ``records`` (an entry's valid records) per run setup and
     machine class; those of this machine class (``here``) can run now."""
-    from leaderboard.frame import machine_label
+    from suite.results.entries import machine_label
 
     have: set[tuple[str, str]] = set()  # (run setup, machine class)
     need: dict[tuple[str, str], CellConfig] = {}
@@ -160,7 +160,7 @@ def submit(
     say: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
 ) -> int:
     """The three steps; returns the exit code (0 done, 1 a problem, a failed baseline or screenshot)."""
-    from leaderboard.frame import machine_label
+    from suite.results.entries import machine_label
     from leaderboard.submissions import load_entry
 
     from .matrix import PlannedCell, missing_device

@@ -90,10 +90,10 @@ def test_a_cached_index_built_by_other_row_code_is_rebuilt_whole(tmp_path, lb, m
 
     root = tmp_path / "records"
     _entry(root, lb, "entry-a", lb.make_records(tasks=("cifar10",)))
-    assert len(load_index([], [str(root)], index_dir=tmp_path / "ix", committed=False).rebuilt) == 1
-    assert load_index([], [str(root)], index_dir=tmp_path / "ix", committed=False).rebuilt == []
+    assert len(load_index([], [str(root)], index_dir=tmp_path / "ix").rebuilt) == 1
+    assert load_index([], [str(root)], index_dir=tmp_path / "ix").rebuilt == []
     monkeypatch.setattr(index, "_code_hash", lambda: "other-row-code")
-    assert len(load_index([], [str(root)], index_dir=tmp_path / "ix", committed=False).rebuilt) == 1
+    assert len(load_index([], [str(root)], index_dir=tmp_path / "ix").rebuilt) == 1
 
 
 def _board_with_problems(root, lb):

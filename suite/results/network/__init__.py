@@ -49,7 +49,7 @@ The names below are the package's public API (``from suite.results.network impor
 
 from __future__ import annotations
 
-from .model import MODEL_VERSION, model_record, model_run, run_step_times
+from .model import MAX_MODEL_COST, MODEL_VERSION, model_cost, model_record, model_run, run_step_times
 from .profiles import IDEAL, INTRA_HOST, PROFILES, IntraHostLink, NetworkProfile, get_profile, with_intra
 from .ring import dp_time
 from .simulation import simulate_step, step_time
@@ -91,6 +91,8 @@ __all__ = [
     "dp_time",
     "step_time",
     "model_run",
+    "model_cost",
+    "MAX_MODEL_COST",
     "model_record",
     "run_step_times",
     "interpolate_target_step",

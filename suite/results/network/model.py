@@ -12,13 +12,26 @@ from .profiles import IDEAL, PROFILES, NetworkProfile
 from .simulation import step_time
 from .timing_inputs import StepLoad, TimingInputs
 
-__all__ = ["MODEL_VERSION", "run_step_times", "model_run", "model_record"]
+__all__ = ["MODEL_VERSION", "MAX_MODEL_COST", "model_cost", "run_step_times", "model_run", "model_record"]
 
 # Which model computed a record's ``modeled`` times (stored next to them as ``model_version``);
 # bump it when the same inputs give other times. 1: closed form; 2: the simulation with one
 # link per pair of ranks; 3: ranks' NICs shared by their concurrent messages and reductions.
 # The leaderboard re-models records of an older model, so one board never mixes two models.
 MODEL_VERSION = 3
+
+
+# The most simulation work (:func:`model_cost`) one stored run may ask of a reader: the committed
+# baselines need at most ~41,000 (256 distinct steps x 32 actions x 5 profiles, ~0.8 s here at load
+# 1); untrusted inputs above this are not modeled at all (a record of 10 such runs cost 117 s).
+MAX_MODEL_COST = 400_000
+
+
+def model_cost(inputs: TimingInputs, n_profiles: int) -> int:
+    """An upper bound of the simulation work of :func:`model_run` over ``n_profiles`` profiles
+    (+1: the ideal network): distinct step loads x actions of the schedule x networks."""
+    actions = sum(len(rank) for rank in inputs.schedule)
+    return len(set(inputs.steps)) * max(1, actions) * (n_profiles + 1)
 
 
 def run_step_times(inputs: TimingInputs, net: NetworkProfile, statistic: str = "robust") -> list[float]:
