@@ -19,7 +19,7 @@ import hashlib
 import json
 import math
 from dataclasses import astuple, dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 __all__ = [
     "ROW_FIELDS",
@@ -232,4 +232,3 @@ def rows_of(records: Sequence[Mapping[str, Any]], *, ok_only: bool = False) -> d
 def finite(v: Any) -> bool:
     """A plain finite number (not a bool)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
