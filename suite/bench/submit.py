@@ -160,8 +160,8 @@ def submit(
     say: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
 ) -> int:
     """The three steps; returns the exit code (0 done, 1 a problem, a failed baseline or screenshot)."""
-    from suite.results.entries import machine_label
     from leaderboard.submissions import load_entry
+    from suite.results.entries import machine_label
 
     from .matrix import PlannedCell, missing_device
     from .provenance import machine_info
