@@ -37,7 +37,7 @@ from leaderboard.frame import view_target
 from leaderboard.index import load_details, load_index
 from leaderboard.labels import Scale, place_labels
 from leaderboard.networks import Link, format_bandwidth, remodel
-from leaderboard.page_notes import baseline_notice, entry_notice, entry_tier
+from leaderboard.page_notes import baseline_notice, entry_notice, entry_tier, notice_text
 from leaderboard.views_bandwidth import bandwidth_section
 from suite.results import DEFAULT_STORE
 from suite.results.network import PROFILES
@@ -456,7 +456,7 @@ def _sidebar(frame: pd.DataFrame, shown: pd.DataFrame, stores: list[str], record
     )
     for note in (entry_notice(shown, url_entry, task, tier), baseline_notice(shown, task, tier)):
         if note:
-            st.info(note)
+            st.info(notice_text(note))  # the URL's ?entry= is anyone's text: never markdown
     rules = list(ranking.RULES)
     rule = sb.selectbox(
         "Ranking rule",

@@ -451,7 +451,9 @@ def _flatten(
         code_version=(git + ("+dirty" if prov.get("git_dirty") is True else "")) if git else "",
         # the loader's ownership mark (leaderboard.submissions: is_maintainer); records built by hand: the name
         maintainers=r["is_maintainer"] is True if "is_maintainer" in r else row["entry"] == MAINTAINERS,
-        verification=_str(info.get("verification")),  # verified / not verified / failed ("" outside records/)
+        # the row's verdict (leaderboard.submissions.row_verification): verified / not verified / failed
+        verification=_str(r.get("verification")) or ("not verified" if _str(info.get("verification")) else ""),
+        verified_cells=" ".join(_str(r.get("verified_cells")).split())[:120],
         compressor_label=_spec_label(_dict(r.get("specs_resolved")), compressor),
         eval_samples=_num(run.get("eval_samples")),
         timing_inputs=inputs_text(timing, exact=details),

@@ -13,8 +13,9 @@ from typing import Sequence
 import pandas as pd
 
 from leaderboard.frame import MAINTAINERS
+from leaderboard.safe_text import markdown_cell
 
-__all__ = ["entry_tier", "entry_notice", "baseline_notice"]
+__all__ = ["entry_tier", "entry_notice", "baseline_notice", "notice_text"]
 
 
 def _rows_of(shown: pd.DataFrame, entry: str) -> pd.DataFrame:
@@ -29,6 +30,12 @@ def entry_tier(shown: pd.DataFrame, entry: str, task: str, tiers: Sequence[str],
     if not own or default in own:
         return default
     return next((t for t in tiers if t in own), default)
+
+
+def notice_text(note: str) -> str:
+    """A notice as the page renders it (``st.info`` reads markdown): inert text. A notice quotes the
+    URL's ``?entry=`` value, which anyone can write: ``[x](https://...)`` or ``![](...)`` must stay text."""
+    return markdown_cell(note)
 
 
 def entry_notice(shown: pd.DataFrame, entry: str, task: str, tier: str) -> str | None:

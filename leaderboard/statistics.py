@@ -387,6 +387,7 @@ def aggregate(frame: pd.DataFrame, *, spread: Mapping[tuple[str, str], SeedSprea
     out["submitter"] = by(frame["submitter"]).first()
     out["entry_name"] = by(frame["entry_name"]).first()
     out["verification"] = by(frame["verification"]).first() if "verification" in frame else ""
+    out["verified_cells"] = by(frame["verified_cells"]).first() if "verified_cells" in frame else ""
     out["plugin_hash"] = _first_nonempty(frame, keys, "plugin_hash")
     for d in DIRECTIONS:
         out[f"spec_{d}"] = _first_nonempty(frame, keys, f"spec_{d}")

@@ -50,12 +50,13 @@ import math
 import re
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
 
+from suite.results.entries import latest_flags, record_digest, row_id, row_keys
 from suite.results.record_json import load_record
 from suite.results.records import RecordError, derived_bytes_per_step
 
@@ -77,6 +78,8 @@ __all__ = [
     "RERUNS_FILE",
     "verification_status",
     "read_verification",
+    "row_verification",
+    "Verification",
     "entry_file_hashes",
     "lookalike_of_maintainers",
     "copies_to_drop",
@@ -98,7 +101,7 @@ MAX_YAML_EVENTS = 2_000  # parser events in entry.yaml (six short fields need ~2
 MAINTAINER_ENTRIES = frozenset({"mpcbench-baselines"})
 VERIFICATION_FILE = "verification.json"  # written by `mpcbench verify`, never by a submitter
 RERUNS_FILE = "verification.reruns"  # the re-runs' timing (JSON lines), bound by verification.json's hash
-VERIFICATION_SCHEMA = "mpcbench.verification/2"
+VERIFICATION_SCHEMA = "mpcbench.verification/3"
 MAX_VERIFICATION_BYTES = 4 * 2**20  # the report: ~1 kB per re-run cell
 MAX_RERUNS_BYTES = 32 * 2**20  # the re-runs' timing inputs: ~200 kB per cell
 ENTRY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -491,6 +494,7 @@ def _load_jsonl(
                 continue
             seen[rid] = where
             rec.update(attach)  # the folder is authoritative, not what the record claims
+            rec["record_sha256"] = record_digest(line)  # what a verification binds (its stored line)
             out.append(rec)
     except _Skip as e:
         budget.problem(label, str(e))
@@ -553,53 +557,140 @@ def entry_file_hashes(entry_dir: str | Path) -> dict[str, str]:
     return out
 
 
-def read_verification(entry_dir: str | Path) -> tuple[str, dict[str, dict[str, Any]]]:
-    """(``verified`` / ``failed`` / ``not verified``, the re-runs' timing by record id) of an entry.
+@dataclass
+class Verification:
+    """An entry's ``verification.json`` as far as it holds (:func:`read_verification`): per row id
+    the verdict (``status``, the ``records`` it compared by sha256, the ``reruns``), and the re-runs'
+    times and machine by record id."""
 
-    ``verification.json`` counts only when it is a report of ``mpcbench verify`` (schema
-    ``mpcbench.verification/2``, a seed, the cells it re-ran, a status that follows from them) and it
-    binds **every** file of the folder as it is now (:func:`entry_file_hashes`); otherwise the entry
-    is "not verified". That the report came from the maintainers' check and was not typed in is
-    enforced where the board is hosted (docs/leaderboard.md: the CI check re-runs it with its seed)."""
+    status: str = "not verified"  # of the report as a whole: verified / partly verified / failed / not verified
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reruns: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def read_verification(entry_dir: str | Path) -> Verification:
+    """The verdicts of ``<entry>/verification.json`` that still hold, or none.
+
+    It counts only when it is a report of ``mpcbench verify`` (schema ``mpcbench.verification/3``, a
+    seed, rows whose status follows from their cells: verified = every comparison of the row agreed
+    and at least one cell of it re-ran), the entry's files other than records (entry.yaml, the
+    plugin) are the ones it bound, and ``verification.reruns`` is the file it hashed. Records are bound
+    per row (:func:`row_verification`). That the report came from the maintainers' check and was not
+    typed in is enforced where the board is hosted (CODEOWNERS; the CI check re-runs it with its seed)."""
     entry_dir = Path(entry_dir)
     path = entry_dir / VERIFICATION_FILE
+    none = Verification()
     if not path.exists():
-        return "not verified", {}
+        return none
     try:
         data = json.loads(_read_capped(path, MAX_VERIFICATION_BYTES))
-        status, files, cells, seed = data["status"], data["files"], data["cells"], data["seed"]
-        if data.get("schema") != VERIFICATION_SCHEMA or status not in ("verified", "failed"):
-            return "not verified", {}
-        if not isinstance(files, dict) or not files or not isinstance(cells, list) or not cells:
-            return "not verified", {}
+        status, files, cells, seed, rows = data["status"], data["files"], data["cells"], data["seed"], data["rows"]
+        if data.get("schema") != VERIFICATION_SCHEMA or not isinstance(status, str):
+            return none
+        if not isinstance(files, dict) or not isinstance(cells, list) or not isinstance(rows, list):
+            return none
         if not isinstance(seed, int) or isinstance(seed, bool):
-            return "not verified", {}
-        ok = [isinstance(c, dict) and c.get("status") in ("match", "within spread") for c in cells]
-        if (status == "verified") != all(ok):
-            return "not verified", {}  # a status that does not follow from its cells was not written by verify
-        if entry_file_hashes(entry_dir) != files:
-            return "not verified", {}  # a file was added, removed or changed after verification
-        reruns: dict[str, dict[str, Any]] = {}
+            return none
+        bound = {k: v for k, v in entry_file_hashes(entry_dir).items() if not k.endswith(".jsonl")}
+        if bound != files:
+            return none  # entry.yaml or the plugin changed after verification (or a file was added)
+        by_row: dict[str, list[dict[str, Any]]] = {}
+        for c in cells:
+            if isinstance(c, dict) and isinstance(c.get("row_id"), str):
+                by_row.setdefault(c["row_id"], []).append(c)
+        verdicts: dict[str, dict[str, Any]] = {}
+        for r in rows:
+            rid, st, recs, reruns = r["row_id"], r["status"], r["records"], r["reruns"]
+            if not (isinstance(rid, str) and isinstance(recs, dict) and isinstance(reruns, list)):
+                return none
+            cs = by_row.get(rid, [])
+            agreed = bool(cs) and all(c.get("status") in ("match", "within spread") for c in cs)
+            rerun_ok = {
+                c.get("record_id")
+                for c in cs
+                if c.get("kind") == "re-run" and c.get("status") in ("match", "within spread")
+            }
+            compared = {c.get("record_id") for c in cs}
+            if st == "verified" and not (agreed and rerun_ok and set(reruns) == rerun_ok and set(recs) <= compared):
+                return none  # a verdict that does not follow from its cells was not written by verify
+            verdicts[rid] = {"status": st, "records": recs, "reruns": reruns}
+        reruns_by_id: dict[str, dict[str, Any]] = {}
         rpath = entry_dir / RERUNS_FILE
-        if rpath.exists():
-            raw = _read_capped(rpath, MAX_RERUNS_BYTES)
-            if hashlib.sha256(raw).hexdigest() != data.get("reruns_sha256"):
-                return "not verified", {}
-            for line in raw.splitlines():
-                r = json.loads(line)
-                if isinstance(r, dict) and isinstance(r.get("record_id"), str):
-                    reruns[r["record_id"]] = {k: r[k] for k in RERUN_FIELDS if k in r}
-        return status, reruns if status == "verified" else {}
+        raw = _read_capped(rpath, MAX_RERUNS_BYTES) if rpath.exists() else b""
+        if hashlib.sha256(raw).hexdigest() != data.get("reruns_sha256"):
+            return none
+        for line in raw.splitlines():
+            r = json.loads(line)
+            if isinstance(r, dict) and isinstance(r.get("record_id"), str):
+                reruns_by_id[r["record_id"]] = r
+        for v in verdicts.values():
+            if v["status"] == "verified" and not all(x in reruns_by_id for x in v["reruns"]):
+                v["status"] = "not verified"
+        return Verification(status, verdicts, reruns_by_id)
     except Exception:  # noqa: BLE001 - a broken or forged file verifies nothing
-        return "not verified", {}
+        return none
 
 
 RERUN_FIELDS = ("time", "wall_s", "modeled", "model_version", "timing_inputs")  # the board's times of a re-run cell
+NOT_RERUN = "not verified"
+
+
+def row_verification(records: list[dict[str, Any]], verification: Verification) -> None:
+    """Mark each record with its row's verdict, in place (``verification``, ``verified_cells``).
+
+    A row (:mod:`suite.results.entries`) is **verified** only while the report verified it and its
+    latest ``ok`` records are exactly the ones the report compared, with the same contents. Then every
+    record of the row takes the re-run's times (its own re-run's where its cell re-ran, else the
+    row's first re-run), and the machine and load the verifier read; never the record's own.
+    Any other row reads "not verified" (records added or changed since, or never re-run), or "failed"."""
+    keys = row_keys(records)
+    latest = latest_flags(records, keys)
+    members: dict[str, list[int]] = {}
+    ids = [row_id(k) for k in keys]
+    for i, (rid, last) in enumerate(zip(ids, latest)):
+        members.setdefault(rid, [])
+        if last and records[i].get("status") == "ok":
+            members[rid].append(i)
+    for rid, idx in members.items():
+        verdict = verification.rows.get(rid)
+        bound = {records[i]["record_id"]: records[i].get("record_sha256") for i in idx}
+        status, note = NOT_RERUN, "not re-run"
+        if verdict is not None:
+            if verdict["records"] != bound:
+                status, note = NOT_RERUN, "records changed since its verification"
+            elif verdict["status"] in ("verified", "failed"):
+                status = verdict["status"]
+                seeds = sorted(int(records[i]["seed"]) for i in idx if records[i]["record_id"] in verdict["reruns"])
+                note = f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} re-run, {len(idx)} compared"
+            else:
+                status, note = NOT_RERUN, "the re-run could not be made"
+        first = verification.reruns.get(sorted(verdict["reruns"])[0]) if status == "verified" and verdict else None
+        for i, k in enumerate(ids):
+            if k != rid:
+                continue
+            r = records[i]
+            r["verification"], r["verified_cells"] = status, note
+            if status == "verified" and first is not None:
+                rerun = verification.reruns.get(r["record_id"], first)
+                for f in RERUN_FIELDS:
+                    r.pop(f, None) if f != "timing_inputs" else None
+                # the re-run's seconds at the record's own (compared) target step
+                _take_rerun_times(r, {f: rerun[f] for f in RERUN_FIELDS if f in rerun})
+                prov = dict(r.get("provenance") or {})
+                seen = rerun.get("verifier") or {}
+                prov["machine"] = dict(seen.get("machine") or {})
+                load = seen.get("load_per_core") or []
+                cores = prov["machine"].get("cpu_affinity") or prov["machine"].get("cpu_count") or 1
+                prov["load"] = {"load_avg": [max(load) * cores] * 3} if load else {}
+                prov["plugin_hashes"] = {"plugin": rerun.get("plugin_hash")} if rerun.get("plugin_hash") else {}
+                r["provenance"] = prov
+                r["times_from"] = "verification re-run" + (" (under load)" if seen.get("contended") else "")
 
 
 def verification_status(entry_dir: str | Path) -> str:
-    """``verified`` / ``failed`` / ``not verified`` (:func:`read_verification`)."""
-    return read_verification(entry_dir)[0]
+    """The report's overall status (``verified`` / ``partly verified`` / ``failed`` / ``not verified``);
+    the board marks rows, not entries (:func:`row_verification`)."""
+    return read_verification(entry_dir).status
 
 
 def load_entry(
@@ -644,8 +735,8 @@ def _load_entry(
     if len(files) > MAX_FILES_PER_ENTRY:
         problems.append(Problem(label, f"more than {MAX_FILES_PER_ENTRY} results files; only the first are read"))
         files = files[:MAX_FILES_PER_ENTRY]
-    verification, reruns = read_verification(entry_dir)
-    entry_info = {**info.to_dict(), "verification": verification}
+    verification = read_verification(entry_dir)
+    entry_info = {**info.to_dict(), "verification": verification.status}
     if info.entry not in maintainers and (like := lookalike_of_maintainers(info)):
         entry_info["lookalike"] = like
         problems.append(Problem(label, f"flagged, not skipped: {like}"))
@@ -662,10 +753,7 @@ def _load_entry(
         if budget.stopped:
             break
         records += _load_jsonl(f, attach, budget, seen, str(f), plugin_hash=plugin_hash)
-    for r in records:  # a verified record's times are its re-run's, unless the re-run ran on a contended machine
-        rerun = reruns.get(r["record_id"])
-        if rerun is not None and not ((rerun.get("timing_inputs") or {}).get("measurement") or {}).get("contended"):
-            _take_rerun_times(r, rerun)
+    row_verification(records, verification)  # per displayed row; a verified row's times are its re-run's
     return records, problems
 
 

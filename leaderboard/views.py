@@ -430,8 +430,10 @@ def display_table(
         n_warn = r.get("n_warnings")
         n_warn = int(n_warn) if isinstance(n_warn, (int, float)) and not math.isnan(n_warn) else 0
         row["warnings"] = f"⚠ {n_warn}" if n_warn else ""
-        # `mpcbench verify` re-ran sampled cells of the entry (records/<entry>/verification.json)
-        row["verified"] = VERIFICATION_LABELS.get(r.get("verification") or "", "")
+        # `mpcbench verify` re-ran this row (records/<entry>/verification.json): the mark says which cells
+        mark = VERIFICATION_LABELS.get(r.get("verification") or "", "")
+        cells = str(r.get("verified_cells") or "")
+        row["verified"] = f"{mark} ({cells})" if mark and cells and r.get("verification") != "not verified" else mark
         rows.append(row)
     table = pd.DataFrame(rows)
     time_cols = [c for c in (f"time-to-target @ {network}", "Δ time vs none", "time per seed") if c in table]

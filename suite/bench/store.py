@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from suite.bench.private_dir import is_private_dir, private_dir
 from suite.results.records import RecordError, validate_record
 
 __all__ = [
@@ -248,9 +249,9 @@ class ResultsStore:
         data = (dump_record(record) + "\n").encode("utf-8")
         for d in self.spool_dirs():
             try:
-                d.mkdir(parents=True, exist_ok=True)
+                private_dir(d)  # never a folder another user made in advance (shared temp space)
                 path = d / f"{record.get('record_id', 'record')}.jsonl"
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
                 try:
                     _write_all(fd, data)
                     os.fsync(fd)
@@ -267,7 +268,8 @@ class ResultsStore:
         """Append the spooled records (those not yet in the store) and remove their spool files; one
         line per record added. A spool file that still cannot be appended stays for the next time."""
         done: list[str] = []
-        files = [f for d in self.spool_dirs() if d.is_dir() for f in sorted(d.glob("*.jsonl"))]
+        # only folders this user alone controls: records planted in a shared one are not added
+        files = [f for d in self.spool_dirs() if not is_private_dir(d) for f in sorted(d.glob("*.jsonl"))]
         if not files:
             return done
         have = {r.get("record_id") for r in self.records()}

@@ -69,3 +69,13 @@ def test_the_page_says_why_the_url_entry_is_not_in_the_table(monkeypatch, tmp_pa
     else:
         assert at.selectbox(key="tier").value == "quick"
         assert any("'no-such-entry' (from the URL) has no successful records" in i for i in infos), infos
+
+
+def test_the_urls_entry_is_shown_as_text_never_markdown():
+    """Issue 35: ?entry= was rendered as markdown in the notice (a live link and an image)."""
+    from leaderboard.page_notes import notice_text
+
+    hostile = "[click](https://evil.example) ![x](https://evil.example/i.png) <b>bold</b>"
+    note = entry_notice(pd.DataFrame(columns=["entry", "task", "tier", "status"]), hostile, "cifar10", "quick")
+    shown = notice_text(note)
+    assert "](" not in shown.replace("\\](", "") and "<b>" not in shown and "\\[click\\]" in shown

@@ -10,24 +10,31 @@ import math
 
 from leaderboard import submissions
 from leaderboard.frame import to_frame
-from leaderboard.submissions import entry_file_hashes, load_entries
+from leaderboard.submissions import entry_file_hashes, load_entries, load_entry
 from suite.results import COMMITTED_RECORDS
+from suite.results.entries import row_id, row_key
 from suite.results.network import PROFILES, TimingInputs, model_run
 
 
 def _verified(tmp_path, lb, rec, rerun):
+    """``rec`` in an entry whose verification (schema 3: per row) re-ran its row and got ``rerun``."""
     d = lb.write_entry(tmp_path, "e", [rec])
-    text = json.dumps(rerun) + "\n"
+    [loaded], _ = load_entry(d)
+    rid = row_id(row_key(loaded))
+    text = json.dumps({**rerun, "row_id": rid}) + "\n"
     (d / submissions.RERUNS_FILE).write_text(text)
     rep = {
-        "schema": "mpcbench.verification/2",
+        "schema": "mpcbench.verification/3",
         "entry": "e",
         "status": "verified",
         "seed": 1,
-        "files": entry_file_hashes(d),
+        "files": {k: v for k, v in entry_file_hashes(d).items() if not k.endswith(".jsonl")},
         "reruns_sha256": hashlib.sha256(text.encode()).hexdigest(),
-        "cells": [{"cell_id": rec["cell_id"], "record_id": rec["record_id"], "status": "match"}],
-    }
+        "rows": [{"row_id": rid, "status": "verified", "records": {rec["record_id"]: loaded["record_sha256"]},
+                  "reruns": [rec["record_id"]]}],
+        "cells": [{"cell_id": rec["cell_id"], "record_id": rec["record_id"], "row_id": rid, "kind": "re-run",
+                   "status": "match"}],
+    }  # fmt: skip
     (d / submissions.VERIFICATION_FILE).write_text(json.dumps(rep))
     [r], _ = load_entries(tmp_path)
     return r

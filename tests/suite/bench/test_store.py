@@ -343,3 +343,22 @@ def test_a_record_that_cannot_be_appended_is_spooled_and_recovered(tmp_path, mon
     assert "recovered the record of" in capsys.readouterr().err
     assert [r["seed"] for r in read_jsonl(store.path)[0]] == [0, 1] and not spooled.exists()
     assert store.recover() == []  # nothing left, nothing doubled
+
+
+def test_a_spool_folder_another_user_made_is_never_used(tmp_path, monkeypatch):
+    """Issue 35: the spool sat at a predictable path in shared temp space; a folder made there in advance
+    (open to everyone) had its planted records added to the store. Spool folders are private (0700)."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    store = ResultsStore(tmp_path / "store.jsonl")
+    store.append(_record(0))
+    shared = store.spool_dirs()[0]
+    shared.mkdir()
+    shared.chmod(0o777)
+    (shared / "planted.jsonl").write_text(dump_record(_record(5)) + "\n")
+    assert store.recover() == [] and [r["seed"] for r in read_jsonl(store.path)[0]] == [0]
+    kept = store._spool(_record(6))  # kept in the next spool folder, made private, never the open one
+    assert str(shared) not in kept and [p.name for p in shared.iterdir()] == ["planted.jsonl"]
+    private = store.spool_dirs()[1]
+    assert str(private) in kept and (private.stat().st_mode & 0o777) == 0o700
