@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import os
+import random
 import secrets
 import subprocess
 import sys
@@ -262,15 +263,16 @@ def verify_entry(
     if progress and box.missing:
         progress("containment missing here: " + "; ".join(box.missing))
     sample = sample_rows(records, seed, fraction)
-    if rows is not None:
-        import random
-
-        chosen = set(random.Random(seed ^ 0x5EED).sample(sorted(sample), min(rows, len(sample))))
-        sample = {k: v for k, v in sample.items() if k in chosen}
+    # rows in an order drawn with the seed; --rows N takes the first N, so a shorter verification's rows
+    # are a prefix of a longer one's (a stopped run resumed with a smaller N re-uses every kept re-run)
+    order = sorted(sample)
+    random.Random(seed ^ 0x5EED).shuffle(order)
+    order = order[:rows] if rows is not None else order
+    sample = {k: sample[k] for k in order}
     all_rows = rows_of(records, ok_only=True)
     log_dir = keep or Path(tempfile.mkdtemp(prefix="mpcbench-verify-log-"))
     log = log_dir / "errors.log"  # the full text of what is never published (private: 0700 / 0600)
-    flat = [(key, rec) for key in sorted(sample) for rec in sample[key]]
+    flat = [(key, rec) for key in order for rec in sample[key]]  # re-run in the drawn order
     try:
         for _, rec in flat:  # extract each commit's tree once, before the cells run in parallel
             with contextlib.suppress(VerifyError):
