@@ -33,6 +33,7 @@ __all__ = [
     "CompressorError",
     "payload_nbytes",
     "payload_dtype_problem",
+    "payload_type_problem",
     "chain",
     "completed",
     "check_finite",
@@ -171,6 +172,23 @@ def payload_nbytes(payload: Payload) -> int:
     return sum(t.numel() * t.element_size() for t in payload)
 
 
+def payload_type_problem(payload: object) -> str | None:
+    """Why ``payload`` is not a tuple of tensors, in one short line (``got list of 16384 float``), or
+    None. Never the payload's repr: a list of a tensor's values is megabytes of text."""
+    if isinstance(payload, tuple) and all(isinstance(t, Tensor) for t in payload):
+        return None
+    kind = type(payload).__name__
+    if isinstance(payload, Tensor):
+        return f"got a bare {kind} of shape {tuple(payload.shape)} (return (t,))"
+    if isinstance(payload, (tuple, list, set, dict)):
+        types = sorted({type(t).__name__ for t in payload if not isinstance(t, Tensor)})
+        shown = ", ".join(types[:5]) + (", ..." if len(types) > 5 else "")
+        if isinstance(payload, tuple):
+            return f"got tuple containing {shown}"
+        return f"got {kind} of {len(payload)} {shown or 'Tensor'}"
+    return f"got {kind}"
+
+
 def payload_dtype_problem(payload: Payload, input_dtype: torch.dtype) -> str | None:
     """Why a payload's dtypes cannot be right, or None: a floating tensor wider than both the
     input and float32 (``float64`` for a float32 input: ``torch.tensor(...)`` of Python floats,
@@ -229,6 +247,9 @@ class Compressor:
     differentiable: ClassVar[bool] = False
     linear: ClassVar[bool] = False
     fixed_size: ClassVar[bool] = False
+    # a short display name at the default setting (``"sign 1-bit"``): the leaderboard's compressor column
+    # shows it, the full spec on hover; "" shows the spec as typed (built-ins: leaderboard/names.py)
+    label: ClassVar[str] = ""
 
     spec: str = ""  # the canonical spec string it was built from (set by the registry)
     # Options it asks of the task's model features, per feature (e.g. ``subspace(ratio=0.5)``:

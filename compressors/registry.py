@@ -87,9 +87,7 @@ def register(name: str) -> Callable[[C], C]:
             raise CompressorError(f"register({name!r}): {cls!r} must subclass compressors.Compressor")
         other = _REGISTRY.get(name)
         if other is not None and _qualname(other) != _qualname(cls):
-            raise CompressorError(
-                f"register({name!r}): name already taken by {_qualname(other)}; pick another name for {_qualname(cls)}"
-            )
+            raise CompressorError(_taken(name, cls, other))
         cls.name = name
         _REGISTRY[name] = cls
         return cls
@@ -99,6 +97,21 @@ def register(name: str) -> Callable[[C], C]:
 
 def _qualname(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _taken(name: str, new: type, old: type) -> str:
+    """The duplicate-name error, addressed to the plugin whichever registered first (a plugin loaded
+    before the built-ins are imported finds its name free, and the built-in is the second to ask)."""
+    builtin = (
+        old if old.__module__.startswith("compressors.") else new if new.__module__.startswith("compressors.") else None
+    )
+    plugin = (new if builtin is old else old) if builtin is not None else new
+    where = getattr(sys.modules.get(plugin.__module__), "__file__", None) or plugin.__module__
+    owner = f"the built-in {_qualname(builtin)}" if builtin is not None else _qualname(old)
+    return (
+        f"register({name!r}): the plugin class {plugin.__qualname__} ({where}) uses the name {name!r}, already "
+        f"taken by {owner}; register the plugin under another name, e.g. @register({name + '_mine'!r})"
+    )
 
 
 # --------------------------------------------------------------------------- discovery

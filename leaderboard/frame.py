@@ -265,7 +265,8 @@ def to_frame(
       ``code_version`` (git commit, 12 digits, ``+dirty`` when the checkout was modified),
       ``maintainers`` (True for the maintainers' baseline entry, :data:`MAINTAINERS`),
       ``compressor_label`` (the compressor with its parameters where the record spells them
-      out, see :func:`_spec_label`), ``eval_samples`` (evaluation-set size; NaN if unknown),
+      out, see :func:`_spec_label`), ``display`` (the short name the runner recorded with a plugin's
+      declared label, ``""`` if none: :mod:`leaderboard.names`), ``eval_samples`` (evaluation-set size; NaN if unknown),
       ``timing_inputs`` (the stored network-model inputs as a JSON string, ``""`` if none; with
       ``details=False`` a JSON text of them, :func:`inputs_text`).
     - raw objects for detail views: ``curve`` (list of points), ``config``, ``provenance``,
@@ -455,6 +456,7 @@ def _flatten(
         verification=_str(r.get("verification")) or ("not verified" if _str(info.get("verification")) else ""),
         verified_cells=" ".join(_str(r.get("verified_cells")).split())[:120],
         compressor_label=_spec_label(_dict(r.get("specs_resolved")), compressor),
+        display=" ".join(_str(r.get("display")).split())[:80],  # with a plugin's declared label (leaderboard.names)
         eval_samples=_num(run.get("eval_samples")),
         timing_inputs=inputs_text(timing, exact=details),
     )

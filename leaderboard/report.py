@@ -35,6 +35,7 @@ __all__ = [
     "write_report",
     "write_claims",
     "write_score",
+    "write_summary",
     "score_table",
     "default_network",
     "linked_records",
@@ -90,6 +91,7 @@ def narrow(table: pd.DataFrame, direction: str) -> tuple[pd.DataFrame, list[str]
             notes.append(f"{label}: {keep[col].iloc[0] if len(keep) else '-'}")
             keep = keep.drop(columns=col)
     optional = [
+        "spec",
         "measured on (load)",
         "step time",
         "train time",
@@ -99,6 +101,7 @@ def narrow(table: pd.DataFrame, direction: str) -> tuple[pd.DataFrame, list[str]
         f"bytes/step {direction}",
         "time per seed",
         "entry",
+        "machine",
         f"ratio {direction}",
     ]
     for col in optional:
@@ -106,6 +109,23 @@ def narrow(table: pd.DataFrame, direction: str) -> tuple[pd.DataFrame, list[str]
             break
         if col in keep:
             keep = keep.drop(columns=col)
+            if col == "machine":
+                notes.append("machine: the rows ran on different machines (--wide shows which)")
+    if _width(keep) > REPORT_WIDTH and "Δ vs none" in keep:  # whose baseline: a mark and a note, not words per row
+        marked = keep["Δ vs none"].str.replace(" (vs maintainers', other machine)", " (m*)", regex=False)
+        keep["Δ vs none"] = marked.str.replace(" (vs maintainers')", " (m)", regex=False)
+        if (keep["Δ vs none"] != marked).any() or marked.str.contains("(m*)", regex=False).any():
+            notes.append(
+                "(m) = vs the maintainers' baseline (the entry has none of its own); (m*) = on another machine"
+            )
+    if _width(keep) > REPORT_WIDTH and "rank" in keep:
+        keep["rank"] = keep["rank"].str.replace(r"\((\d+) of (\d+) seeds\)", r"(\1/\2 seeds)", regex=True)
+    if _width(keep) > REPORT_WIDTH and "compressor" in keep:  # the full spec is --wide's spec column
+        long = keep["compressor"].str.len() > 28
+        keep.loc[long, "compressor"] = keep.loc[long, "compressor"].str[:27] + "…"
+    if _width(keep) > REPORT_WIDTH and "Δ time vs none" in keep:  # the last resort: time-to-target itself stays
+        keep = keep.drop(columns="Δ time vs none")
+        notes.append("Δ time vs none: left out to fit (--wide shows it)")
     if _width(keep) > REPORT_WIDTH and "Δ vs none" in keep:  # the longest text: shorten the significance words
         keep["Δ vs none"] = keep["Δ vs none"].str.replace("n too small", "n<2").str.replace(", not resolved", " ~")
         notes.append("Δ vs none: n<2 = fewer than 2 seeds (no test); ~ = within the minimal detectable difference")
@@ -157,6 +177,15 @@ def linked_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
+def rank_by_setup(rule: Any, agg: pd.DataFrame, **kw: Any) -> pd.DataFrame:
+    """``rule.rank`` within each setup (pipeline, tensor-parallel, data-parallel): a tp=2 row competes with the
+    tp=2 rows and its own none, never with another layout's (the page's setup selector shows one at a time)."""
+    if "setup" not in agg or agg["setup"].nunique() <= 1:
+        return rule.rank(agg, **kw)
+    parts = [rule.rank(g, **kw) for _, g in agg.groupby("setup", sort=True)]
+    return pd.concat(parts, ignore_index=True)
+
+
 def write_report(frame: pd.DataFrame, opts: ReportOptions, out: TextIO, *, links_text: str = "") -> None:
     """Write the ranked tables of every (task, tier) in ``frame`` to ``out`` (see the module
     docstring); ``links_text``: the measured-over-links table to print after them."""
@@ -172,7 +201,7 @@ def write_report(frame: pd.DataFrame, opts: ReportOptions, out: TextIO, *, links
         )
     network = opts.network or default_network(frame)
     agg = aggregate(frame)
-    ranked = rule.rank(agg, min_ratio=opts.min_ratio, network=network, direction=opts.direction)
+    ranked = rank_by_setup(rule, agg, min_ratio=opts.min_ratio, network=network, direction=opts.direction)
     if opts.format == "csv":
         lists = [c for c in ranked.columns if ranked[c].map(lambda v: isinstance(v, (list, dict))).any()]
         ranked.drop(columns=lists).to_csv(out, index=False)
@@ -187,16 +216,23 @@ def write_report(frame: pd.DataFrame, opts: ReportOptions, out: TextIO, *, links
         + ("" if opts.wide or opts.format != "text" else f"; at most {REPORT_WIDTH} columns (--wide: every column)")
     )
     targets = {key: view_target(g) for key, g in frame.groupby(["task", "tier"])}
+    setups = ranked.groupby(["task", "tier"])["setup"].nunique() if "setup" in ranked else pd.Series(dtype=int)
+    by = ["task", "tier", "setup"] if "setup" in ranked else ["task", "tier"]
     with pd.option_context("display.max_columns", None, "display.width", 250, "display.max_colwidth", 60):
-        for (task, tier), g in ranked.groupby(["task", "tier"], sort=True):
+        for key, g in ranked.groupby(by, sort=True):
+            task, tier = key[0], key[1]
+            # one table per setup (pipeline, tensor-parallel, data-parallel): its own none row, no setup column
+            setup = str(key[2]) if len(key) > 2 and setups.get((task, tier), 1) > 1 else ""
             table = display_table(g, network=network, direction=opts.direction)
+            table = table.drop(columns="setup") if "setup" in table else table
             n_seeds = sorted({int(n) for n in g["n"]})
             metric = g["metric_name"].iloc[0] or "quality"
             higher = bool(g["higher_is_better"].iloc[0]) if "higher_is_better" in g else True
             say()
             # record text (the metric name, the task) in a line of its own: escaped for the format it is written in
             inert = markdown_cell if opts.format == "markdown" else plain
-            say(inert(f"== {task} / {tier}  (metric: {metric}; seeds per entry: {', '.join(map(str, n_seeds))}) =="))
+            where = f"{task} / {tier}" + (f" / {setup}" if setup else "")
+            say(inert(f"== {where}  (metric: {metric}; seeds per entry: {', '.join(map(str, n_seeds))}) =="))
             desc = describe_task(str(task))  # the task module's DESCRIPTION: what it is, chance, CPU caveat
             if desc is not None:
                 text = inert(desc.page_text())
@@ -244,6 +280,64 @@ def write_report(frame: pd.DataFrame, opts: ReportOptions, out: TextIO, *, links
                 REPORT_WIDTH,
             )
         )
+
+
+SUMMARY_COLUMNS = ("task", "compressor", "setup", "quality", "Δ vs none", "ratio total")
+
+
+def summary_table(frame: pd.DataFrame, cell_keys: set[str], network: str | None = None) -> pd.DataFrame:
+    """One row per (task, compressor, setup) that ``cell_keys`` ran: quality against the ``none``
+    baseline, the total compression ratio and time-to-target at ``network`` (default as the report's),
+    from the same aggregation and rule as :func:`write_report` (every seed in ``frame`` counts)."""
+    ran = frame[frame["cell_key"].isin(cell_keys)]
+    if ran.empty:
+        return pd.DataFrame(columns=list(SUMMARY_COLUMNS))
+    network = network or default_network(frame)
+    groups = ran[["task", "tier"]].drop_duplicates()
+    sub = frame.merge(groups, on=["task", "tier"])
+    ranked = rank_by_setup(RULES["time_to_target"], aggregate(sub), network=network)
+    wanted = set(map(tuple, ran[["task", "tier", "entry", "compressor", "setup"]].astype(str).values))
+    parts = []
+    for (task, tier), g in ranked.groupby(["task", "tier"], sort=True):
+        keep = g[[(task, tier, e, c, st) in wanted for e, c, st in zip(g["entry"], g["compressor"], g["setup"])]]
+        if keep.empty:
+            continue
+        table = display_table(keep, network=network)
+        metric = str(keep["metric_name"].iloc[0] or "quality")
+        out = pd.DataFrame(
+            {
+                "task": str(task) if tier == "quick" else f"{task} / {tier}",
+                "compressor": table["compressor"],
+                "setup": table["setup"] if "setup" in table else "",
+                "quality": metric + " " + table[metric].astype(str),
+                "Δ vs none": table["Δ vs none"],
+                "ratio total": table["ratio total"],
+            }
+        )
+        time_col = f"time-to-target @ {network}"
+        if time_col in table:
+            out[time_col] = table[time_col]
+        parts.append(out)
+    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(SUMMARY_COLUMNS))
+    if "setup" in table and not table["setup"].astype(bool).any():
+        table = table.drop(columns="setup")
+    return table
+
+
+def write_summary(frame: pd.DataFrame, cell_keys: set[str], out: TextIO, network: str | None = None) -> None:
+    """The closing summary of ``mpcbench run`` and ``pytest suite`` (:func:`summary_table`), as text."""
+    table = summary_table(frame, cell_keys, network)
+    if table.empty:
+        return
+    network = network or default_network(frame)
+    out.write(
+        "\nsummary of this run (mean over the stored seeds; Δ: Welch's t-test vs none, n<2 = one seed"
+        + (f"; time-to-target modeled at {network}" if network else "")
+        + "):\n"
+    )
+    table = terminal(table)
+    table["Δ vs none"] = table["Δ vs none"].str.replace("n too small", "n<2").str.replace(", not resolved", " ~")
+    out.write(table.to_string(index=False) + "\n")
 
 
 def write_claims(frame: pd.DataFrame, fmt: str, out: TextIO) -> None:

@@ -392,6 +392,7 @@ def aggregate(frame: pd.DataFrame, *, spread: Mapping[tuple[str, str], SeedSprea
     for d in DIRECTIONS:
         out[f"spec_{d}"] = _first_nonempty(frame, keys, f"spec_{d}")
     out["compressor_label"] = _first_nonempty(frame, keys, "compressor_label") if "compressor_label" in frame else ""
+    out["display"] = _first_nonempty(frame, keys, "display") if "display" in frame else ""
     mean_cols = [f"{k}_{d}" for k in ("ratio", "bytes_per_step") for d in BYTE_DIRECTIONS]
     mean_cols += ["step_s", "compute_s", "compress_s", "comm_s", "total_train_s", "wall_s", "load_1m", "load_15m"]
     mean_cols += [f"total_s@{p}" for p in profiles]

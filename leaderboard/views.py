@@ -17,6 +17,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from leaderboard.frame import DIRECTIONS, _num
+from leaderboard.names import display_name
 from leaderboard.networks import Link, cumulative_times
 
 PIPELINE_DIRECTIONS = ("forward", "backward", "dp")
@@ -401,7 +402,7 @@ def display_table(
         row = {
             "rank": rank_text,
             "entry": r["entry"],
-            "compressor": r.get("compressor_label") or r["compressor"],
+            "compressor": r.get("display") or display_name(r["compressor"]),
             **({"setup": r["setup"] or "-"} if several_setups else {}),
             **({"machine": r["machine"] or "-"} if several_machines else {}),
             metric_header: quality_text,
@@ -434,13 +435,22 @@ def display_table(
         mark = VERIFICATION_LABELS.get(r.get("verification") or "", "")
         cells = str(r.get("verified_cells") or "")
         row["verified"] = f"{mark} ({cells})" if mark and cells and r.get("verification") != "not verified" else mark
+        row["spec"] = r.get("compressor_label") or r["compressor"]  # every parameter spelled out
         rows.append(row)
     table = pd.DataFrame(rows)
-    time_cols = [c for c in (f"time-to-target @ {network}", "Δ time vs none", "time per seed") if c in table]
-    if time_cols:  # right after the delta: at 1400 px the grid must not hide the answer to "which on my link"
-        cols = [c for c in table.columns if c not in time_cols]
-        at = cols.index("Δ vs none") + 1
-        table = table[cols[:at] + time_cols + cols[at:]]
+    # the answer first (at 1400 px the grid must not hide "which one, how good, how fast on my link"):
+    # rank, name, quality, its delta, time-to-target and its delta, the ratio; then who, where, the rest
+    answer = [
+        "rank",
+        "compressor",
+        metric_header,
+        "Δ vs none",
+        f"time-to-target @ {network}",
+        "Δ time vs none",
+        f"ratio {direction}",
+    ]
+    first = [c for c in answer if c in table]
+    table = table[first + [c for c in table.columns if c not in first]]
     if "verified" in table and not table["verified"].astype(bool).any():
         table = table.drop(columns="verified")  # no row came from a records/ entry
     for col in ("failed", "warnings"):

@@ -25,10 +25,11 @@ import pytest
 
 from suite.bench.cell import run_cell
 from suite.bench.matrix import missing_device
+from suite.bench.pytest_plugin import CELL_KEY_PROPERTY
 from suite.bench.runner import ALREADY_IN_STORE, cell_state, summarize_record
 
 
-def test_cell(mpcbench_cell, mpcbench_store, mpcbench_dry_run, mpcbench_slot_env, benchmark) -> None:
+def test_cell(mpcbench_cell, mpcbench_store, mpcbench_dry_run, mpcbench_slot_env, benchmark, record_property) -> None:
     cell = mpcbench_cell
     if mpcbench_dry_run:
         pytest.skip(f"dry run: {cell_state(cell, mpcbench_store.done_keys())}")
@@ -36,6 +37,8 @@ def test_cell(mpcbench_cell, mpcbench_store, mpcbench_dry_run, mpcbench_slot_env
         pytest.skip(cell.skip)
     if (missing := missing_device(cell)) is not None:
         pytest.skip(missing)
+    # the session's closing summary (suite.bench.pytest_plugin) reads the keys back, from xdist workers too
+    record_property(CELL_KEY_PROPERTY, cell.config.key())
     if cell.config.key() in mpcbench_store.done_keys():
         pytest.skip(ALREADY_IN_STORE)
     benchmark.extra_info["cell_id"] = cell.config.cell_id

@@ -181,6 +181,10 @@ def _executor(args: argparse.Namespace):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.jobs is None:  # as many cells at once as the cores allow (Ray keeps its own default)
+        from .resources import default_jobs
+
+        args.jobs = default_jobs() if args.executor == "local" else 1
     if args.jobs < 1:
         raise UsageError(f"-j/--jobs must be at least 1, got {args.jobs}")
     if args.address and args.executor != "ray":
@@ -220,7 +224,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK
     if todo:
         store.check_writable()  # a read-only or unwritable location: one line now, not after the first cell
-    outcomes = run_cells(cells, store, progress=not args.no_progress, executor=_executor(args))
+    if args.executor == "local" and todo:
+        print(f"mpcbench: {args.jobs} cell(s) at once (-j N to change)", file=sys.stderr)
+    tasks = sorted({c.config.task for c in runnable})
+    tier = cells[0].config.tier if cells else args.tier
+
+    def round_report(done: int, last: int) -> None:
+        # a ranking as soon as a round of the breadth-first order is in; the last round ends with the summary
+        if done != last and not args.no_round_reports:
+            print(f"\n== ranking after round {done + 1} of {last + 1} (mpcbench report --results {store.path})")
+            _print_report([str(store.path)], tier, tasks)
+
+    outcomes = run_cells(cells, store, progress=not args.no_progress, executor=_executor(args), on_round=round_report)
+    if any(o.record for o in outcomes):
+        _print_summary(store.path, [c.config.key() for c in runnable])
     counts: dict[str, int] = {}
     for o in outcomes:
         counts[o.status] = counts.get(o.status, 0) + 1
@@ -234,6 +251,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     if bad:
         print(f"  logs: {store.log_dir}", file=sys.stderr)
     return EXIT_FAILED if bad else EXIT_OK
+
+
+def _print_report(stores: list[str], tier: str, tasks: list[str]) -> None:
+    """``mpcbench report`` of ``stores`` for one tier and these tasks, to stdout (never fails the run)."""
+    from leaderboard.index import load_index
+    from leaderboard.report import ReportOptions, write_report
+
+    try:
+        frame = load_index(stores, []).frame
+        frame = frame[(frame["tier"] == tier) & frame["task"].isin(tasks)]
+        if not frame.empty:
+            write_report(frame, ReportOptions(), sys.stdout)
+    except Exception as e:  # noqa: BLE001 - a report is a courtesy here: the cells go on
+        print(f"mpcbench: no report this round ({type(e).__name__}: {' '.join(str(e).split())[:200]})", file=sys.stderr)
+    sys.stdout.flush()
+
+
+def _print_summary(store: Path, keys: list[str]) -> None:
+    """The closing summary of a run: quality vs none, compression ratio, time-to-target of its cells."""
+    from leaderboard.index import load_index
+    from leaderboard.report import write_summary
+
+    try:
+        write_summary(load_index([str(store)], []).frame, set(keys), sys.stdout)
+    except Exception as e:  # noqa: BLE001 - the records are stored; only the summary is lost
+        print(f"mpcbench: no summary ({type(e).__name__}: {' '.join(str(e).split())[:200]})", file=sys.stderr)
+    sys.stdout.flush()
 
 
 # --------------------------------------------------------------------------- links
@@ -363,6 +407,16 @@ def _load_for_report(args: argparse.Namespace) -> tuple[Any, list[str]]:
     return index.frame, msgs
 
 
+def _tier_names(path: Path) -> set[str]:
+    """The tier names of a matrix file, read as plain YAML (the report stays torch-free)."""
+    import yaml
+
+    try:
+        return set((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("tiers") or {})
+    except (OSError, yaml.YAMLError, AttributeError):
+        return set()
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from leaderboard.report import ReportOptions, linked_records, write_report
     from leaderboard.safe_text import plain
@@ -372,10 +426,25 @@ def cmd_report(args: argparse.Namespace) -> int:
     frame, problems = _load_for_report(args)
     for p in problems:
         print(f"skipped: {plain(p)}", file=sys.stderr)
-    if args.task:
-        frame = frame[frame["task"].isin(args.task)]
-    if args.tier:
-        frame = frame[frame["tier"].isin(args.tier)]
+    for what, wanted in (("task", args.task), ("tier", args.tier)):
+        # a name no record has and no task module defines is a typo, not "no records yet"
+        known = set(frame[what].dropna().astype(str)) if what in frame else set()
+        if what == "task":
+            from suite.results.task_catalog import catalog
+
+            known |= set(catalog())
+        else:
+            from .matrix_file import MATRIX_PATH
+
+            known |= _tier_names(MATRIX_PATH)
+        if unknown := [w for w in wanted if w not in known]:
+            import difflib  # compressors.api's did_you_mean would import torch into the report
+
+            close = difflib.get_close_matches(unknown[0], sorted(known), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UsageError(f"unknown {what} {unknown[0]!r}{hint}; valid: {', '.join(sorted(known))}")
+        if wanted:
+            frame = frame[frame[what].isin(wanted)]
     if frame.empty:
         print(
             "no records to report (run `mpcbench run --tier quick` first, or name sources: --results STORE, "
@@ -479,7 +548,10 @@ def _rules() -> list[str]:
 
 RULE_CHOICES = Choices(_rules)  # the ranking rules, read from leaderboard.ranking when needed
 # options of ``mpcbench run`` that pytest has its own way of doing (-q, -rs)
-CLI_RUN_OPTIONS = (Option("--no-progress", None, bool, help="plain lines instead of a progress bar"),)
+CLI_RUN_OPTIONS = (
+    Option("--no-progress", None, bool, help="plain lines instead of a progress bar"),
+    Option("--no-round-reports", None, bool, help="no ranking after each round of the breadth-first order"),
+)
 
 
 def _add_executor_options(p: argparse.ArgumentParser) -> None:
@@ -489,9 +561,10 @@ def _add_executor_options(p: argparse.ArgumentParser) -> None:
         "-j",
         "--jobs",
         type=int,
-        default=1,
+        default=None,
         metavar="N",
-        help="cells at once on this machine, each pinned to cores/N torch threads and its GPUs (default 1); "
+        help="cells at once on this machine, each pinned to cores/N torch threads and its GPUs (default: one per "
+        "core, as memory allows; -j 1: one at a time with the machine to itself); "
         "with --executor ray and no --address: the local cluster's CPUs",
     )
     g.add_argument(
@@ -558,7 +631,8 @@ def build_parser() -> argparse.ArgumentParser:
         "time to target of shortened runs (repeatable)",
     )
     p.add_argument("--report-only", action="store_true", help="print the table from the store, run nothing")
-    p.set_defaults(func=cmd_links, link=None)
+    # one cell at a time: a link's measured step time is the point, and cells side by side would share it
+    p.set_defaults(func=cmd_links, link=None, jobs=1, executor="local", address=None, cpus_per_cell=None)
 
     p = sub.add_parser("check", help="run the generic compressor contract (pytest) on a plugin")
     p.add_argument("plugin", help="the plugin: a .py file, a module name, or a package / project folder")

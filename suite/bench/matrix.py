@@ -14,6 +14,8 @@ re-exported here for the runners.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 from dataclasses import dataclass, replace
 
 from compressors.api import CompressorError, did_you_mean
@@ -44,12 +46,14 @@ CELL_OPTIONS = tuple((o.field, o.cell) for o in RUN_OPTIONS if o.field is not No
 
 @dataclass(frozen=True)
 class PlannedCell:
-    """One cell to run. ``skip``: not applicable (reason). ``error``: fails without running."""
+    """One cell to run. ``skip``: not applicable (reason). ``error``: fails without running.
+    ``round``: its place in the breadth-first order (0: seed 0 of the headline entries)."""
 
     config: CellConfig
     skip: str | None = None
     error: str | None = None
     test_id: str = ""
+    round: int = 0
 
     @property
     def runnable(self) -> bool:
@@ -85,7 +89,7 @@ def _submitted(names: set[str]) -> bool:
 
 def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell]:
     """Expand a selection into cells, validating everything first (raises :class:`MatrixError`)."""
-    from compressors.registry import available, compressor_names, plugin_errors
+    from compressors.registry import available, plugin_errors
     from tasks import TaskError, available_tasks, get_task_class
 
     matrix = matrix or load_matrix(sel.matrix_path)
@@ -114,6 +118,12 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
 
     # compressor entries: user specs (+ baseline) or the tier's
     user = _user_plans(sel)
+    if sel.core and (user or not tier.rounds):
+        raise MatrixError(
+            "--core runs the tier's listed rounds; it cannot be combined with --compressor/--forward"
+            if user
+            else f"tier {tier.name} lists no rounds, so it has no core matrix; drop --core"
+        )
     if user:
         entries = ([Entry(CompressionPlan())] if sel.baseline else []) + user
         # a user spec equal to a tier entry keeps that entry's settings (its budget), the first such
@@ -145,7 +155,10 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
                 )
                 for e in entries
             ]
-    seeds = sel.seeds if sel.seeds is not None else tier.seeds
+    if sel.core:
+        listed = {name for r in tier.rounds for name in r}
+        entries = [e for e in entries if e.name in listed]
+    seeds = sel.seeds if sel.seeds is not None else (tier.seeds[:1] if sel.core else tier.seeds)
     timeout = sel.cell_timeout_s if sel.cell_timeout_s is not None else tier.cell_timeout_s
     if len(tasks) * len(entries) * len(seeds) > MAX_CELLS:  # before building any of them
         raise MatrixError(
@@ -157,8 +170,14 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
 
     cells: list[PlannedCell] = []
     seen: set[str] = set()
+    # the none baseline added next to user specs runs in each mode its specs run in: a plugin's cells
+    # go through torchrun, and a baseline in one process would not be theirs to compare with
+    modes: set[str] = set()
+    for e in entries[1:] if user and sel.baseline else []:
+        with contextlib.suppress(CompressorError):  # a bad spec is reported with its place below
+            modes.add(_mode(sel, e, tier, known))
     for task in tasks:
-        for entry in entries:
+        for n_entry, entry in enumerate(entries):
             if not entry.runs_on(task):
                 continue
             where = f"tier {tier.name}, task {task}, compressor {entry.plan.label}"
@@ -178,24 +197,10 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
             for field, cell_field in CELL_OPTIONS:
                 if (v := getattr(sel, field)) is not None:
                     settings[cell_field] = v
-            # data parallelism, several hosts and emulated links need one process per stage / replica: torchrun
-            multi = (
-                int(settings.get("dp", 1) or 1) > 1 or int(settings.get("nnodes", 1) or 1) > 1 or settings.get("link")
-            )
-            # a submitted compressor's two ends run in separate processes unless a mode was asked for:
-            # in one process the receiver could reach the sender's objects (docs/reliability.md)
-            mode = (
-                "torchrun"
-                # every compressor the plan builds, also a bare word a wrapper takes (``ef(mycomp)``)
-                if multi
-                or (
-                    sel.mode == "auto"
-                    and _submitted(set().union(*map(compressor_names, entry.plan.all_specs())) & known)
-                )
-                else sel.mode
-            )
-            mode = "single" if mode == "auto" else mode
-            for seed in seeds:
+            entry_modes = sorted(modes) if (user and sel.baseline and n_entry == 0 and modes) else []
+            for (seed_index, seed), mode in itertools.product(
+                enumerate(seeds), entry_modes or [_mode(sel, entry, tier, known)]
+            ):
                 cfg = CellConfig(
                     task=task,
                     tier=tier.name,
@@ -208,8 +213,9 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
                     check_consistency=sel.check_consistency,
                     **settings,
                 )
+                round_ = seed_index if user else tier.round_of(entry, seed_index)
                 if broken:
-                    cells.append(PlannedCell(cfg, error=broken))
+                    cells.append(PlannedCell(cfg, error=broken, round=round_))
                     continue
                 try:
                     # the one check of the plan (roles on instances, features, overrides); plugins are
@@ -221,8 +227,34 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
                 if valid.key() in seen:
                     continue
                 seen.add(valid.key())
-                cells.append(PlannedCell(valid, skip=resolved.not_applicable))
+                cells.append(PlannedCell(valid, skip=resolved.not_applicable, round=round_))
+    # breadth-first: every task's round 0 (seed 0 of the headline entries) before any round 1 cell, so a
+    # ranking across tasks exists minutes in; within a round, the tier's task order, then its entry order
+    cells.sort(key=lambda c: c.round)
     return _with_test_ids(cells)
+
+
+def _mode(sel: Selection, entry: Entry, tier: Tier, known: set[str]) -> str:
+    """``single`` or ``torchrun`` for ``entry``'s cells: torchrun where several processes are needed or a
+    submitted compressor runs (unless ``--mode`` says otherwise)."""
+    from compressors.registry import compressor_names
+
+    settings = dict(tier.settings) | dict(entry.settings)
+    for field, cell_field in CELL_OPTIONS:
+        if (v := getattr(sel, field)) is not None:
+            settings[cell_field] = v
+    # data parallelism, several hosts and emulated links need one process per stage / replica: torchrun
+    multi = int(settings.get("dp", 1) or 1) > 1 or int(settings.get("nnodes", 1) or 1) > 1 or settings.get("link")
+    # a submitted compressor's two ends run in separate processes unless a mode was asked for:
+    # in one process the receiver could reach the sender's objects (docs/reliability.md)
+    mode = (
+        "torchrun"
+        # every compressor the plan builds, also a bare word a wrapper takes (``ef(mycomp)``)
+        if multi
+        or (sel.mode == "auto" and _submitted(set().union(*map(compressor_names, entry.plan.all_specs())) & known))
+        else sel.mode
+    )
+    return "single" if mode == "auto" else mode
 
 
 def _same_plan(a: CompressionPlan, b: CompressionPlan) -> bool:

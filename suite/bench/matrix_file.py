@@ -49,7 +49,7 @@ SETTING_KEYS = {
     "sync": "sync",  # data-parallel synchronization: step or outer(h=8, ...) (suite.pipeline.sync)
     "device": "device",  # a tier's default device (the gpu tier: cuda); --device overrides it
 }
-TIER_KEYS = ("description", "tasks", "seeds", "compressors", "cell_timeout_s", "settings")
+TIER_KEYS = ("description", "tasks", "seeds", "compressors", "cell_timeout_s", "settings", "rounds")
 
 
 class MatrixError(ConfigError):
@@ -68,6 +68,12 @@ class Entry:
     def runs_on(self, task: str) -> bool:
         return (self.tasks is None or task in self.tasks) and task not in self.except_tasks
 
+    @property
+    def name(self) -> str:
+        """The plan's label and its cell settings: ``topk``, ``none [tp=2]`` (how ``rounds`` name entries)."""
+        extra = ", ".join(f"{k}={v}" for k, v in self.settings)
+        return f"{self.plan.label} [{extra}]" if extra else self.plan.label
+
 
 @dataclass(frozen=True)
 class Tier:
@@ -78,6 +84,19 @@ class Tier:
     entries: tuple[Entry, ...]
     cell_timeout_s: float | None = None
     settings: tuple[tuple[str, Any], ...] = ()
+    # the first rounds of the breadth-first order: entry labels, seed 0 of each round on every task
+    # (then the rest of seed 0, then one round per further seed); ``--core`` runs these rounds only
+    rounds: tuple[tuple[str, ...], ...] = ()
+
+    def round_of(self, entry: Entry, seed_index: int) -> int:
+        """The round (0-based) of a cell: its entry's listed round at the first seed, else the round
+        after the listed ones (the rest of the first seed), then one per further seed."""
+        if seed_index == 0:
+            for i, labels in enumerate(self.rounds):
+                if entry.name in labels:
+                    return i
+            return len(self.rounds)
+        return len(self.rounds) + seed_index
 
 
 @dataclass(frozen=True)
@@ -271,6 +290,7 @@ def _tier(name: str, raw: Any, where: str) -> Tier:
     if not isinstance(settings, dict):
         raise MatrixError(f"{where}.settings must be a mapping")
     desc = raw.get("description", "")
+    rounds = _rounds(raw.get("rounds") or [], entries, f"{where}.rounds")
     return Tier(
         name=name,
         description=str(desc).strip(),
@@ -279,7 +299,27 @@ def _tier(name: str, raw: Any, where: str) -> Tier:
         entries=entries,
         cell_timeout_s=None if timeout is None else float(timeout),
         settings=_settings(settings, f"{where}.settings"),
+        rounds=rounds,
     )
+
+
+def _rounds(raw: Any, entries: tuple[Entry, ...], where: str) -> tuple[tuple[str, ...], ...]:
+    """A tier's ``rounds``: a list of lists of entry labels, each label an entry of the tier, listed once."""
+    if not isinstance(raw, list) or not all(isinstance(r, list) and r for r in raw):
+        raise MatrixError(f"{where} must be a list of non-empty lists of entry labels, e.g. [[none, topk], [quant]]")
+    labels = {e.name for e in entries}
+    seen: set[str] = set()
+    for r in raw:
+        for label in r:
+            if not isinstance(label, str) or label not in labels:
+                raise MatrixError(
+                    f"{where}: {label!r} is not an entry of the tier{did_you_mean(str(label), labels)}; "
+                    f"entries: {', '.join(sorted(labels))}"
+                )
+            if label in seen:
+                raise MatrixError(f"{where}: {label!r} is listed in two rounds")
+            seen.add(label)
+    return tuple(tuple(r) for r in raw)
 
 
 def load_matrix(path: str | Path | None = None) -> Matrix:

@@ -341,6 +341,13 @@ RUN_OPTIONS: tuple[Option, ...] = (
         help="debug a plugin: a twin receiver re-decodes every payload and the cell fails if the two differ "
         "(same as MPCBENCH_CHECK_CONSISTENCY=1; not part of the cell key; cells already in the store are skipped)",
     ),
+    Option(
+        "--core",
+        "core",
+        bool,
+        help="only the tier's core matrix: seed 0 of the entries its 'rounds' list (ci/main.sh's default; "
+        "the rest of the tier resumes from there)",
+    ),
     Option("--dry-run", None, bool, help="list the cells and their state, run nothing"),
 )
 
@@ -386,6 +393,7 @@ class Selection:
     baseline: bool = True
     matrix_path: str | None = None
     check_consistency: bool = False
+    core: bool = False
 
 
 def _check_selection_matches_the_table() -> None:

@@ -27,9 +27,10 @@ import pytest
 
 from .options import RUN_OPTIONS, add_short_pytest_aliases, add_to_pytest, selection_from, values_from_pytest
 
-__all__ = ["selection_from_pytest", "OPTIONS", "add_short_aliases"]
+__all__ = ["selection_from_pytest", "OPTIONS", "add_short_aliases", "CELL_KEY_PROPERTY"]
 
 OPTIONS = RUN_OPTIONS  # the same table as ``mpcbench run`` (suite.bench.options)
+CELL_KEY_PROPERTY = "mpcbench_cell_key"  # a matrix test's user property: the key of the cell it ran or found stored
 
 
 def _taken(parser: pytest.Parser) -> set[str]:
@@ -126,12 +127,37 @@ def mpcbench_slot_env() -> dict[str, str] | None:
     return slot.env() if slot else None
 
 
+def _cell_keys(terminalreporter) -> set[str]:
+    """The cell keys the matrix tests of this session recorded (their ``user_properties``)."""
+    keys = set()
+    for reports in terminalreporter.stats.values():
+        for r in reports:
+            for name, value in getattr(r, "user_properties", ()):
+                if name == CELL_KEY_PROPERTY:
+                    keys.add(str(value))
+    return keys
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
-    """After a matrix run: where the records are and how to look at them."""
-    if _PLAN_KEY not in config.stash:
+    """After a matrix run: quality vs none, ratio and time-to-target of its cells; where the records are."""
+    keys = _cell_keys(terminalreporter)
+    if _PLAN_KEY not in config.stash and not keys:  # not a matrix session (an xdist controller plans nothing)
         return
     path = _store_path(config)
     if path.exists():
         terminalreporter.write_sep("-", "mpcbench")
+        if keys:
+            import io
+
+            from leaderboard.index import load_index
+            from leaderboard.report import write_summary
+
+            text = io.StringIO()
+            try:
+                write_summary(load_index([str(path)], []).frame, keys, text)
+            except Exception as e:  # noqa: BLE001 - the records are stored; only the summary is lost
+                text.write(f"no summary ({type(e).__name__}: {' '.join(str(e).split())[:200]})\n")
+            for line in text.getvalue().strip("\n").splitlines():
+                terminalreporter.write_line(line)
         terminalreporter.write_line(f"results store: {path}  (cell logs: {path.with_name(path.stem + '.logs')})")
         terminalreporter.write_line(f"ranking: mpcbench report --results {path}")

@@ -122,6 +122,28 @@ def resolved_spec(spec: str) -> str:
         return spec
 
 
+def display_label(compressor: str, specs: list[str]) -> str:
+    """The short display name of a plan (``leaderboard.names.display_name``) with the labels the plugins
+    among its compressors declare (``Compressor.label``); "" when no plugin declares one."""
+    from compressors.registry import compressor_names, get_class
+    from leaderboard.names import display_name
+
+    labels = {}
+    for spec in specs:
+        try:
+            names = compressor_names(spec)
+        except Exception:  # noqa: BLE001 - a spec the cell rejects anyway
+            continue
+        for name in names:
+            try:
+                cls = get_class(name)
+            except Exception:  # noqa: BLE001 - an unknown name: no label
+                continue
+            if cls.label and not cls.__module__.startswith("compressors."):
+                labels[name] = " ".join(str(cls.label).split())[:40]
+    return display_name(compressor, labels) if labels else ""
+
+
 def _base(config: CellConfig, provenance: dict[str, Any], status: str, error: str | None) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
@@ -133,6 +155,7 @@ def _base(config: CellConfig, provenance: dict[str, Any], status: str, error: st
         "tier": config.tier,
         "seed": config.seed,
         "compressor": config.plan.label,
+        "display": display_label(config.plan.label, config.plan.all_specs()),
         "specs": config.plan.to_dict(),
         "specs_resolved": {d: resolved_spec(v) if isinstance(v, str) else v for d, v in config.plan.to_dict().items()},
         "status": status,

@@ -27,6 +27,7 @@ __all__ = [
     "LocalPool",
     "needs_of",
     "machine_cores",
+    "default_jobs",
     "visible_gpus",
     "xdist_slot",
     "RESOURCES_ENV",
@@ -62,6 +63,19 @@ def machine_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+CELL_MEMORY_GIB = 3  # what a CPU cell of the quick tier may hold at its peak (MiniLM, ResNet-18 at 1/8 width)
+
+
+def default_jobs() -> int:
+    """Cells at once when ``-j`` is not given: one per core, as many as the memory holds at
+    :data:`CELL_MEMORY_GIB` each (a cell's torch threads are then ``cores // jobs`` = 1)."""
+    try:
+        memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        memory_gib = float(CELL_MEMORY_GIB)
+    return max(1, min(machine_cores(), int(memory_gib // CELL_MEMORY_GIB)))
 
 
 def visible_gpus() -> list[str]:

@@ -75,6 +75,26 @@ def _line(o: CellOutcome, elapsed: float | None) -> str:
     return f"{o.status:<8} {cid}  {o.reason}"
 
 
+class _Rounds:
+    """Which rounds of the breadth-first order are complete: a round is done when its cells and every
+    earlier round's have finished (cells run out of order under ``-j N``)."""
+
+    def __init__(self, cells: list[PlannedCell]) -> None:
+        self.left: dict[int, int] = {}
+        for c in cells:
+            self.left[c.round] = self.left.get(c.round, 0) + 1
+        self.order = sorted(self.left)
+        self.last = self.order[-1] if self.order else 0
+
+    def finished(self, cell: PlannedCell) -> list[int]:
+        """The rounds that ``cell`` completes (none, or the next few in order)."""
+        self.left[cell.round] -= 1
+        done = []
+        while self.order and self.left[self.order[0]] == 0:
+            done.append(self.order.pop(0))
+        return done
+
+
 class _Progress:
     """Cells done / running / left, and the time left: the finished cells' throughput (cells per
     wall-clock second, so N cells at once count) applied to the cells still to run."""
@@ -113,10 +133,13 @@ def run_cells(
     runtime: str = DEFAULT_RUNTIME,
     on_outcome: Callable[[CellOutcome], None] | None = None,
     executor: Executor | None = None,
+    on_round: Callable[[int, int], None] | None = None,
 ) -> list[CellOutcome]:
     """Run every cell (skipping stored and not-applicable ones) on ``executor`` (default: one at a
     time); append each record as it finishes. This process alone writes the store, one record per
-    cell run; on an interruption the running cells are killed and not stored (rerun to resume)."""
+    cell run; on an interruption the running cells are killed and not stored (rerun to resume).
+    ``on_round(r, last)``: called once round ``r`` (``PlannedCell.round``) and every round before it
+    have finished, for each round in which a cell ran (``last``: the highest round)."""
     from tqdm import tqdm
 
     executor = executor or SerialExecutor()
@@ -130,6 +153,7 @@ def run_cells(
     bar = tqdm(total=len(to_run), unit="cell", disable=not interactive, file=stream, dynamic_ncols=True)
     prog = _Progress(len(to_run))
     started: dict[int, float] = {}
+    rounds = _Rounds(to_run)
 
     def report(o: CellOutcome, elapsed: float | None) -> None:
         outcomes.append(o)
@@ -171,6 +195,9 @@ def run_cells(
                 CellOutcome(cell, record["status"], record.get("error"), record),
                 time.perf_counter() - started.pop(id(cell)),
             )
+            for finished_round in rounds.finished(cell):
+                if on_round:
+                    on_round(finished_round, rounds.last)
     finally:
         events.close()  # an interrupted executor kills its running cells
         bar.close()

@@ -39,7 +39,15 @@ from typing import Hashable, Iterator
 import torch
 from torch import Tensor
 
-from compressors.api import Compressor, CompressorError, Payload, TensorInfo, TensorRole, payload_dtype_problem
+from compressors.api import (
+    Compressor,
+    CompressorError,
+    Payload,
+    TensorInfo,
+    TensorRole,
+    payload_dtype_problem,
+    payload_type_problem,
+)
 from compressors.builtins.baseline import NoCompression
 from compressors.registry import build, private_plugin_modules
 from compressors.spec import Spec
@@ -115,11 +123,9 @@ def _check_payload(payload: object, comp: Compressor, info: TensorInfo) -> Paylo
     """A payload must be a tuple of tensors on the sender's device: nothing else can be framed
     and counted, and a hidden device copy would be transport time charged to nobody."""
     where = f"(at {info.role.value} boundary {info.boundary} step {info.step})"
-    if not isinstance(payload, tuple) or not all(isinstance(t, Tensor) for t in payload):
-        got = type(payload).__name__
-        if isinstance(payload, tuple):
-            got += " containing " + ", ".join(sorted({type(t).__name__ for t in payload if not isinstance(t, Tensor)}))
-        raise CompressorError(f"{comp.spec or comp.name}: compress must return a tuple of tensors, got {got} {where}")
+    if why := payload_type_problem(payload):
+        raise CompressorError(f"{comp.spec or comp.name}: compress must return a tuple of tensors, {why} {where}")
+    assert isinstance(payload, tuple)
     for i, t in enumerate(payload):
         if why := not_plain_tensor(t):
             raise CompressorError(f"{comp.spec or comp.name}: compress returned payload tensor {i} that {why} {where}")

@@ -58,9 +58,23 @@ def test_register_makes_a_class_buildable_and_sets_its_name(sandbox):
 
 
 def test_duplicate_name_raises_naming_both_classes(sandbox):
-    with pytest.raises(CompressorError, match="already taken by compressors.builtins.sparsification.TopK"):
+    with pytest.raises(CompressorError, match="already taken by the built-in compressors.builtins.sparsification.TopK"):
         sandbox.register("topk")(type("Other", (_Ident,), {}))
     assert compressors.get_class("topk").__name__ == "TopK"  # untouched
+
+
+def test_a_duplicate_name_names_the_plugin_even_when_the_builtin_registers_second(sandbox):
+    """A plugin loaded before the built-ins are imported takes the name first; the error the built-in then
+    meets must still tell the plugin's author to rename, never the built-in."""
+    plugin = type("MyTopK", (_Ident,), {"__module__": "my_plugin_module"})
+    builtin = type("TopK", (_Ident,), {"__module__": "compressors.builtins.sparsification"})
+    sandbox.register("topk_order_case")(plugin)
+    with pytest.raises(CompressorError) as e:
+        sandbox.register("topk_order_case")(builtin)
+    msg = str(e.value)
+    assert "the plugin class MyTopK (my_plugin_module)" in msg
+    assert "taken by the built-in compressors.builtins.sparsification.TopK" in msg
+    assert "@register('topk_order_case_mine')" in msg and "\n" not in msg
 
 
 def test_reregistering_the_same_class_is_idempotent(sandbox):

@@ -139,6 +139,30 @@ def test_check_names_a_float64_payload_and_the_fix_without_a_tensor_dump(tmp_pat
     assert "tensor([" not in r.stdout  # numbers and dtypes, not the payload's values
 
 
+LISTED = """
+import torch
+from compressors import Compressor, register
+
+
+@register("listed")
+class Listed(Compressor):
+    def compress(self, x, info):
+        return x.flatten().tolist()  # a Python list of every value
+
+    def decompress(self, payload, info):
+        return torch.tensor(payload, dtype=info.dtype).reshape(info.shape)
+"""
+
+
+def test_check_summarizes_a_python_list_payload_in_one_short_line(tmp_path):
+    """A list of a tensor's values once printed 425 KB (88,000-character lines): its type and length only."""
+    (tmp_path / "listed.py").write_text(LISTED)
+    r = _check("listed.py", "--pytest=-k", "--pytest=roundtrip_keeps or autograd", cwd=tmp_path)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr
+    assert "listed: compress must return a tuple of tensors, got list of 49152 float" in r.stdout, r.stdout[-3000:]
+    assert max(map(len, r.stdout.splitlines())) < 300 and len(r.stdout) < 20_000
+
+
 def test_check_one_spec_and_a_plugin_that_does_not_import(tmp_path):
     (tmp_path / "broken.py").write_text(BROKEN)
     r = _check("broken.py", "noisy", "--pytest=-k", "--pytest=same_seed", cwd=tmp_path)

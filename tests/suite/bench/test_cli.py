@@ -91,10 +91,17 @@ def _more_seeds(records: list[dict], n: int) -> list[dict]:
 
 def test_run_resume_broken_plugin_report_validate(capsys, tmp_path, restore_registry):
     store = tmp_path / "store.jsonl"
-    base = ["run", "--task", "tiny", "--plugin", TINY, "--results", str(store), "--no-progress"]
-    rc, _, err = cli(capsys, *base, "--compressor", "fp16")
+    # -j 1: the progress lines in order (the default runs a cell per core)
+    base = ["run", "--task", "tiny", "--plugin", TINY, "--results", str(store), "--no-progress", "-j", "1"]
+    rc, out, err = cli(capsys, *base, "--compressor", "fp16")
     assert rc == 0, err
     assert "2 ok" in err
+    # the closing summary: quality against none, the ratio and time-to-target of the cells it ran
+    summary = out[out.index("summary of this run") :].splitlines()
+    assert summary[1].split()[:6] == ["task", "compressor", "quality", "Δ", "vs", "none"], summary
+    assert "time-to-target @" in summary[1]
+    rows = {ln.split()[1]: ln for ln in summary[2:4]}
+    assert set(rows) == {"fp16", "none"} and "baseline" in rows["none"] and "2x" in rows["fp16"], summary
     # not a terminal: a line per cell start and end, with the time left once a cell has finished
     lines = [ln for ln in err.splitlines() if ln.startswith("[")]
     assert [ln.split()[:3] for ln in lines] == [
@@ -253,6 +260,33 @@ def test_unknown_names_suggest_the_closest_valid_one(capsys, args, expected):
     rc, out, err = cli(capsys, "run", "--dry-run", *args)
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert expected in err, err
+
+
+def test_report_refuses_an_unknown_task_or_tier_listing_the_valid_ones(capsys):
+    """`report --task bert` is a typo, not "no records yet": one line naming the valid tasks."""
+    rc, out, err = cli(capsys, "report", "--task", "bert")
+    assert rc == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert line.startswith("mpcbench: error: unknown task 'bert'; valid: ") and "cifar10" in line and "sst2" in line
+    rc, _, err = cli(capsys, "report", "--tier", "quik")
+    assert rc == 2 and "unknown tier 'quik' (did you mean 'quick'?); valid: " in err
+
+
+def test_run_defaults_to_a_cell_per_core_as_memory_allows(capsys, monkeypatch, tmp_path):
+    from suite.bench import forkserver, resources, runner
+
+    monkeypatch.setattr(resources, "machine_cores", lambda: 3)
+    monkeypatch.setattr(resources.os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096}.get(name, 64 * 2**30 // 4096))
+    assert resources.default_jobs() == 3  # 64 GiB hold more than 3 cells
+    monkeypatch.setattr(resources.os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096}.get(name, 7 * 2**30 // 4096))
+    assert resources.default_jobs() == 2  # 7 GiB hold two cells of CELL_MEMORY_GIB = 3
+    seen = []
+    monkeypatch.setattr(forkserver, "prestart", lambda *a: None)
+    monkeypatch.setattr(runner, "run_cells", lambda cells, store, executor, **kw: seen.append(executor) or [])
+    rc, _, err = cli(capsys, "run", "--task", "tiny", "--plugin", TINY, "--results", str(tmp_path / "s.jsonl"))
+    assert rc == 0 and seen[0].slots == 2 and "2 cell(s) at once" in err
+    rc, _, _ = cli(capsys, "run", "--task", "tiny", "--plugin", TINY, "--results", str(tmp_path / "s.jsonl"), "-j", "1")
+    assert seen[1].slots == 1
 
 
 def test_report_with_no_source_named_reads_the_checkouts_committed_records(tmp_path, monkeypatch, capsys):

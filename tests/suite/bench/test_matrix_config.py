@@ -178,17 +178,17 @@ def test_expansion_ids_seeds_and_not_applicable(tmp_path):
     ids = [c.test_id for c in cells]
     assert ids == [
         "tiny-none-seed0",
-        "tiny-none-seed1",
         "tiny-topk(ratio=0.5)-seed0",
-        "tiny-topk(ratio=0.5)-seed1",
         "tiny-fwd=fp16,bwd=bf16-seed0",
-        "tiny-fwd=fp16,bwd=bf16-seed1",
         "tiny-subspace-seed0",
+        "tiny-none-seed1",
+        "tiny-topk(ratio=0.5)-seed1",
+        "tiny-fwd=fp16,bwd=bf16-seed1",
         "tiny-subspace-seed1",
-    ]
+    ]  # breadth-first: every entry's seed 0 before any seed 1
     assert all(c.config.plugins == (TINY,) for c in cells)  # tiny comes from the plugin
     assert all(c.config.time_limit_s == 60 for c in cells)
-    assert [c.skip is not None for c in cells] == [False] * 6 + [True] * 2
+    assert [c.skip is not None for c in cells] == [False, False, False, True] * 2
     assert len({c.config.key() for c in cells}) == len(cells)
 
 
@@ -262,7 +262,7 @@ def test_builtin_only_cells_do_not_carry_unneeded_plugins(tmp_path):
         )
     )
     by = {c.config.plan.forward: c.config for c in cells}
-    assert by["none"].plugins == ()  # same key as a run without the plugin: resumable
+    assert by["none"].plugins == ()  # same key as `--compressor none --mode torchrun` without the plugin: resumable
     assert by["mine_unused_cc"].plugins == (str(tmp_path / "mine.py"),)
 
 
@@ -386,3 +386,99 @@ def test_a_user_spec_never_takes_a_tensor_parallel_groups_layout():
     assert cells and {c.config.tp for c in cells} == {1}
     tp = plan_cells(Selection(tier="quick", tasks=("sst2",), compressors=("none",), baseline=False, tp_size=2))
     assert {c.config.tp for c in tp} == {2}
+
+
+# --------------------------------------------------------------------------- breadth-first rounds, the core matrix
+ROUNDS_MATRIX = (
+    TINY_MATRIX
+    + """    rounds:
+      - [none]
+      - [topk(ratio=0.5)]
+"""
+)
+
+
+def test_cells_run_breadth_first_by_round(tmp_path):
+    """Seed 0 of each listed round on every task, then seed 0 of the rest, then one round per further seed."""
+    cells = _plan(tmp_path, ROUNDS_MATRIX, tasks=("tiny", "tiny_adamw"))
+    assert [(c.test_id, c.round) for c in cells] == [
+        ("tiny-none-seed0", 0),
+        ("tiny_adamw-none-seed0", 0),
+        ("tiny-topk(ratio=0.5)-seed0", 1),
+        ("tiny_adamw-topk(ratio=0.5)-seed0", 1),
+        ("tiny-fwd=fp16,bwd=bf16-seed0", 2),
+        ("tiny-subspace-seed0", 2),
+        ("tiny_adamw-fwd=fp16,bwd=bf16-seed0", 2),
+        ("tiny_adamw-subspace-seed0", 2),
+        ("tiny-none-seed1", 3),
+        ("tiny-topk(ratio=0.5)-seed1", 3),
+        ("tiny-fwd=fp16,bwd=bf16-seed1", 3),
+        ("tiny-subspace-seed1", 3),
+        ("tiny_adamw-none-seed1", 3),
+        ("tiny_adamw-topk(ratio=0.5)-seed1", 3),
+        ("tiny_adamw-fwd=fp16,bwd=bf16-seed1", 3),
+        ("tiny_adamw-subspace-seed1", 3),
+    ]
+
+
+def test_core_is_seed_0_of_the_listed_rounds(tmp_path):
+    cells = _plan(tmp_path, ROUNDS_MATRIX, core=True)
+    assert [(c.test_id, c.round) for c in cells] == [("tiny-none-seed0", 0), ("tiny-topk(ratio=0.5)-seed0", 1)]
+    with pytest.raises(MatrixError, match="lists no rounds"):
+        _plan(tmp_path, core=True)
+    with pytest.raises(MatrixError, match="cannot be combined with --compressor"):
+        _plan(tmp_path, ROUNDS_MATRIX, core=True, compressors=("fp16",))
+
+
+@pytest.mark.parametrize(
+    "rounds, expected",
+    [
+        ("[[topk]]", r"'topk' is not an entry of the tier.*; entries: .*topk\(ratio=0.5\)"),
+        ("[[none], [none]]", "'none' is listed in two rounds"),
+        ("[none]", "must be a list of non-empty lists"),
+    ],
+)
+def test_bad_rounds_one_line_error(tmp_path, rounds, expected):
+    with pytest.raises(MatrixError, match=expected):
+        _plan(tmp_path, TINY_MATRIX + f"    rounds: {rounds}\n")
+
+
+def test_shipped_core_matrix_ranks_every_quick_task_in_its_first_round(shipped):
+    """ci/main.sh's default: round 1 puts at least two compressors (none among them) on every quick task."""
+    cells = plan_cells(Selection(tier="quick", core=True), shipped)
+    quick = shipped.tier("quick")
+    first = [c for c in cells if c.round == 0]
+    for task in quick.tasks:
+        names = {c.config.plan.label for c in first if c.config.task == task}
+        assert "none" in names and len(names) >= 2, (task, names)
+    assert {c.config.seed for c in cells} == {0} and all(c.runnable for c in cells)
+    assert [c.round for c in cells] == sorted(c.round for c in cells)
+
+
+def test_the_baseline_of_a_plugin_runs_in_the_plugin_cells_mode(tmp_path):
+    """A submitted compressor runs under torchrun (auto mode): its none baseline must too, or the report
+    finds no baseline of the same setup to compare with."""
+    (tmp_path / "mine.py").write_text(
+        "from compressors import Compressor, register\n"
+        "@register('mine_mode_cc')\n"
+        "class Mine(Compressor):\n"
+        "    def compress(self, x, info): return (x,)\n"
+        "    def decompress(self, p, info): return p[0]\n"
+    )
+    cells = plan_cells(
+        Selection(tasks=("cifar10",), compressors=("mine_mode_cc", "fp16"), plugins=(str(tmp_path / "mine.py"),))
+    )
+    modes = sorted((c.config.plan.forward, c.config.mode) for c in cells)
+    assert modes == [
+        ("fp16", "single"),
+        ("mine_mode_cc", "torchrun"),
+        ("none", "single"),  # fp16's baseline
+        ("none", "torchrun"),  # the plugin's baseline
+    ]
+    # a mode asked for is every cell's
+    cells = plan_cells(
+        Selection(
+            tasks=("cifar10",), compressors=("mine_mode_cc",), plugins=(str(tmp_path / "mine.py"),), mode="single"
+        )
+    )
+    assert {c.config.mode for c in cells} == {"single"}

@@ -87,6 +87,10 @@ def test_matrix_run_broken_plugin_and_resume(pytester, restore_registry, monkeyp
     assert none["extra_info"]["bytes"]["forward"]["wire"] > none["extra_info"]["bytes"]["forward"]["raw"] > 0
     assert set(none["extra_info"]["modeled_time_to_target_s"]) >= {"1Gbps"}
     assert benches["tiny-explode-seed0"]["extra_info"]["status"] == "failed"
+    # the closing summary: the cells' quality against none, ratio and time-to-target (the failed cell has none)
+    summary = out[out.index("summary of this run") :].splitlines()
+    assert summary[1].split()[:3] == ["task", "compressor", "quality"] and "time-to-target @" in summary[1], out
+    assert summary[2].split()[:2] == ["tiny", "none"] and "baseline" in summary[2], out
 
     # resume: the finished cell is skipped ("already in store"); nothing is appended
     r = pytester.runpytest_inprocess(*common, "--no-baseline", "--compressor", "none")
