@@ -3,8 +3,8 @@
 Sources (first that applies): the command-line flags; the environment variables
 ``MPCBENCH_RESULTS`` / ``MPCBENCH_RECORDS`` (os.pathsep-separated lists; used by the tests);
 else ``results/store.jsonl`` if it exists and the committed ``records/`` folder of the repo.
-Local results (stores) are kept apart from the committed records: they are shown only when
-"Include local results" is ticked, or when there are no committed records at all.
+Local results (stores) are shown next to the committed records ("Include local results",
+ticked by default; ``?local=0`` in the URL unticks it).
 
 The page reads the compact index (:mod:`leaderboard.index`; rebuilt for the sources whose
 files changed) and loads curves and details only for the rows it shows. Every filter lives
@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from leaderboard import ranking, views
+from leaderboard import crossover, ranking, views
 from leaderboard.frame import view_target
 from leaderboard.index import load_details, load_index
 from leaderboard.labels import Scale, place_labels
@@ -66,7 +66,20 @@ LATENCIES = sorted(
 MAX_LABELS = 30  # named points on the Pareto plot: the frontier first, then the best quality
 PLOT_W, PLOT_H = 860, 400  # fixed chart size: label placement works in these pixels
 # URL parameter -> (session key, parser)
-URL_KEYS = ("task", "tier", "rule", "quality", "network", "bw", "lat", "direction", "min_ratio", "local", "entry")
+URL_KEYS = (
+    "task",
+    "tier",
+    "setup",
+    "rule",
+    "quality",
+    "network",
+    "bw",
+    "lat",
+    "direction",
+    "min_ratio",
+    "local",
+    "entry",
+)
 
 
 def _sources(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -124,11 +137,17 @@ def _row_labels(table: pd.DataFrame) -> dict[str, tuple[str, str, str]]:
     """``entry / compressor`` (``/ setup``, ``/ machine`` where rows differ only by those) -> the row's key."""
     several = table["setup"].nunique() > 1
     machines = "machine" in table and table["machine"].nunique() > 1
+    entries = table["entry"].nunique() > 1
     out = {}
     for r in table.itertuples(index=False):
-        name = getattr(r, "compressor_label", "") or r.compressor
         label = views.row_label(
-            r.entry, name, r.setup, getattr(r, "machine", ""), with_setup=several, with_machine=machines
+            r.entry,
+            views.short_name(r._asdict()),
+            r.setup,
+            getattr(r, "machine", ""),
+            with_setup=several,
+            with_machine=machines,
+            with_entry=entries,
         )
         out[label] = (r.entry, r.compressor, r.setup)
     return out
@@ -209,18 +228,22 @@ def _network_controls(sb, profiles: list[str]) -> tuple[str | None, Link | None,
     bw = sb.select_slider(
         "Bandwidth (log scale)", BANDWIDTHS, key="bw", format_func=format_bandwidth, disabled=not custom
     )
-    lat = sb.select_slider(
-        "Latency (one way)",
-        LATENCIES,
-        key="lat",
-        format_func=lambda s: f"{s * 1e6:.4g} µs" if s < 1e-3 else f"{s * 1e3:.4g} ms",
-        disabled=not custom,
-    )
+    lat = sb.select_slider("Latency (one way)", LATENCIES, key="lat", format_func=format_latency, disabled=not custom)
     if not custom:
-        link_words = f"{preset}" + (f", {prof.latency_s * 1e6:.4g} µs latency" if prof else "")
+        link_words = f"{preset}" + (f", {format_latency(prof.latency_s)} latency" if prof else "")
         return preset, None, link_words
     link = Link(float(bw), float(lat))
-    return link.name, link, f"custom: {format_bandwidth(bw)}, {lat * 1e6:.4g} µs latency"
+    return link.name, link, f"custom: {format_bandwidth(bw)}, {format_latency(lat)} latency"
+
+
+def format_latency(s: float) -> str:
+    """``5e-4`` -> ``"500 µs"``, ``0.01`` -> ``"10 ms"``, ``0`` -> ``"0 s"`` (never ``1e+04 µs``)."""
+    if s <= 0:
+        return "0 s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s * 1e9:.3g} ns"
 
 
 def _link_for_plot(network: str | None, link: Link | None) -> Link:
@@ -241,7 +264,8 @@ def _pareto_chart(table: pd.DataFrame, direction: str, metric: str, higher_is_be
         return None
     several_setups = pts["setup"].nunique() > 1  # then one point per (compressor, setup), shaped by setup
     pts["bytes_per_step"] = pts[col]
-    pts["label"] = [c or n for c, n in zip(pts["compressor_label"], pts["compressor"])]
+    pts["label"] = [views.short_name(r) for r in pts.to_dict("records")]
+    pts["spec"] = [c or n for c, n in zip(pts["compressor_label"], pts["compressor"])]
     pts["frontier"] = ranking.pareto_front(pts, "bytes_per_step", "quality", maximize_y=higher_is_better)
     pts["point"] = pts["frontier"].map({True: "on the frontier", False: "dominated"})
     lo, hi = pts["bytes_per_step"].min() / 2, pts["bytes_per_step"].max() * 2
@@ -263,9 +287,22 @@ def _pareto_chart(table: pd.DataFrame, direction: str, metric: str, higher_is_be
     named = pts.loc[order]
     xs = alt.Scale(type="log", domain=[lo, hi])
     ys = alt.Scale(domain=[ylo, yhi], reverse=not higher_is_better, zero=False)
-    x = alt.X("bytes_per_step:Q", scale=xs, title=f"wire bytes per step ({direction}, log)")
+    x = alt.X(
+        "bytes_per_step:Q",
+        scale=xs,
+        title=f"wire bytes per step ({direction}, log)",
+        axis=alt.Axis(labelExpr="format(datum.value, '.2~s') + 'B'"),  # 3.7MB, not 3700000 or 4e+6
+    )
     y = alt.Y("quality:Q", scale=ys, title=f"{metric} (mean over seeds)")
-    tooltip = ["entry:N", "label:N", "setup:N", "machine:N", "quality:Q", "bytes_per_step:Q", "n:Q"]
+    tooltip = [
+        "label:N",
+        "spec:N",
+        "entry:N",
+        "machine:N",
+        alt.Tooltip("quality:Q", format=".4g"),
+        alt.Tooltip("bytes_per_step:Q", title="wire bytes per step", format=".3s"),
+        "n:Q",
+    ]
     color = alt.Color(
         "point:N", scale=alt.Scale(domain=["on the frontier", "dominated"], range=["#d62728", "#9e9e9e"]), title=None
     )
@@ -308,7 +345,7 @@ def _ttq_chart(
     ttq = ttq.assign(line=label(ttq))
     x = alt.X("time_s:Q", title=f"modeled wall-clock seconds ({link_words})")
     y = alt.Y("metric:Q", scale=alt.Scale(zero=False, reverse=not higher_is_better), title=metric)
-    color = alt.Color("line:N", title="entry / compressor", legend=alt.Legend(labelLimit=420))
+    color = alt.Color("line:N", title="compressor", legend=alt.Legend(labelLimit=300))
     lines = (
         alt.Chart(ttq)
         .mark_line(point=True)
@@ -337,8 +374,11 @@ def _ttq_chart(
             .encode(y="target:Q")
         )
         if len(marks):
-            marks = marks.assign(
-                metric=target, lo=marks["time_s"] - marks["sd"].fillna(0), hi=marks["time_s"] + marks["sd"].fillna(0)
+            marks = marks.assign(  # the line each mark belongs to: without it the legend gains an "undefined" entry
+                line=label(marks),
+                metric=target,
+                lo=marks["time_s"] - marks["sd"].fillna(0),
+                hi=marks["time_s"] + marks["sd"].fillna(0),
             )
             layers.append(
                 alt.Chart(marks).mark_rule(strokeWidth=3).encode(x="lo:Q", x2="hi:Q", y="metric:Q", color=color)
@@ -380,6 +420,7 @@ class Filters:
 
     task: str
     tier: str
+    setup: str | None  # the run layout shown (pipeline, tensor-parallel, data-parallel); None: the only one
     rule: str
     quality: str
     network: str | None  # column suffix of modeled times (None: no record has any)
@@ -392,16 +433,17 @@ class Filters:
 
 
 def _local_rows(sb, frame: pd.DataFrame, stores: list[str]) -> tuple[pd.DataFrame, bool, bool]:
-    """(rows to show, include local results, whether the box was offered): local results only when ticked."""
+    """(rows to show, include local results, whether the box was offered): local results unless unticked."""
     is_local = _local_mask(frame["source"], stores) if len(frame) else pd.Series(dtype=bool)
     has_local, has_committed = bool(is_local.any()), bool((~is_local).any())
     if not (has_local and has_committed):
         return frame, True, False
     include = sb.checkbox(
         "Include local results",
-        value=bool(st.session_state.get("_url_local", False)),
+        value=bool(st.session_state.get("_url_local", True)),
         key="local",
-        help="Results from your results store, not committed records: other machine, other load.",
+        help="Results from your results store next to the committed records (other machine, other load: "
+        "the 'measured on' column says which).",
     )
     return (frame if include else frame[~is_local]), include, True
 
@@ -454,6 +496,7 @@ def _sidebar(frame: pd.DataFrame, shown: pd.DataFrame, stores: list[str], record
         ),
         key="tier",
     )
+    setup = _setup_control(sb, shown[(shown["task"] == task) & (shown["tier"] == tier)])
     for note in (entry_notice(shown, url_entry, task, tier), baseline_notice(shown, task, tier)):
         if note:
             st.info(notice_text(note))  # the URL's ?entry= is anyone's text: never markdown
@@ -492,7 +535,33 @@ def _sidebar(frame: pd.DataFrame, shown: pd.DataFrame, stores: list[str], record
             for p in [*stores, *records_dirs]
         )
     )
-    return Filters(task, tier, rule, quality, network, link, link_words, direction, min_ratio, **local)
+    return Filters(task, tier, setup, rule, quality, network, link, link_words, direction, min_ratio, **local)
+
+
+def setup_kind(setup: str) -> str:
+    """A run layout in words: ``tensor-parallel (tp=2)``, ``data-parallel (dp=2)``, ``pipeline``."""
+    parts = [p.strip() for p in setup.split(",")]
+    tp = [p for p in parts if p.startswith("tp=")]
+    dp = [p for p in parts if p.startswith(("dp=", "dp_size="))]
+    kinds = (["tensor-parallel"] if tp else []) + (["data-parallel"] if dp else [])
+    return " + ".join(kinds) + f" ({', '.join(tp + dp)})" if kinds else "pipeline"
+
+
+def _setup_control(sb, rows: pd.DataFrame) -> str | None:
+    """The layouts this task and tier ran (pipeline, tensor-parallel, data-parallel) as a selector:
+    one at a time, each ranked against its own none, never interleaved (None: only one layout)."""
+    setups = sorted(rows["setup"].unique(), key=lambda v: (setup_kind(v) != "pipeline", v)) if len(rows) else []
+    if len(setups) <= 1:
+        return setups[0] if setups else None
+    return sb.selectbox(
+        "Setup",
+        setups,
+        index=setups.index(_url_default("setup", setups, setups[0])),
+        format_func=lambda v: f"{setup_kind(v)}: {v}",
+        key="setup",
+        help="How the model was split: pipeline stages only, or tensor-parallel / data-parallel ranks as well. "
+        "Each layout is ranked against its own uncompressed run.",
+    )
 
 
 def _ranking_section(f: Filters, ranked: pd.DataFrame, rows: pd.DataFrame, metric: str, higher: bool) -> float:
@@ -520,12 +589,19 @@ def _ranking_section(f: Filters, ranked: pd.DataFrame, rows: pd.DataFrame, metri
         f"{question}\n"
         f"task: {f.task}    tier: {f.tier}    metric: {metric} ({'higher' if higher else 'lower'} is better), "
         f"{QUALITY_LABELS[f.quality]}    target: {target:.4g}\n"
-        f"network: {f.link_words}    direction: {DIRECTION_LABELS[f.direction]}\n"
+        f"network: {f.link_words}    direction: {DIRECTION_LABELS[f.direction]}"
+        + (f"    setup: {setup_kind(f.setup)}: {f.setup}" if f.setup else "")
+        + (f"    entry: {ranked['entry'].iloc[0]}" if len(ranked) and ranked["entry"].nunique() == 1 else "")
+        + "\n"
         f"minimal detectable difference (alpha 0.05, vs baseline): {mdd_text}; smaller differences are 'not resolved'"
     )
     explanation = rule  # the rule's own text (the app's, not a record's)
     st.markdown(f"**{explanation.title}.** {explanation.explain(safe_metric, higher_is_better=higher)}")
     table = ranking.display_table(ranked, network=f.network, direction=f.direction, quality=f.quality)
+    # one entry or one setup: said once above, not repeated in a column on every row
+    table = table.drop(columns=[c for c in ("entry", "setup") if c in table and table[c].nunique() <= 1])
+    table = views.compact_marks(table)  # short significance marks: the answer columns fit a laptop's screen
+    st.caption(views.MARKS_LEGEND)
     # st.dataframe, not st.table: st.table renders markdown in cells, and record text must stay inert
     st.dataframe(
         table,
@@ -533,9 +609,92 @@ def _ranking_section(f: Filters, ranked: pd.DataFrame, rows: pd.DataFrame, metri
         width="stretch",
         height=_table_height(len(table)),
         key="ranking_table",
-        column_config={c: st.column_config.TextColumn(width="medium") for c in ("entry", "compressor", "setup")},
+        column_config={
+            "rank": st.column_config.TextColumn(width="small"),
+            "compressor": st.column_config.TextColumn(  # a fixed width: one long plugin name cannot push the answer off
+                width="medium",
+                help="Short name; the last column 'spec' and 'Full specs' below spell out every parameter",
+            ),
+            "entry": st.column_config.TextColumn(width="medium"),
+            "spec": st.column_config.TextColumn(width="large", help="The compressor with every parameter"),
+        },
     )
+    with st.expander("Full specs (every parameter)", expanded=False):
+        st.dataframe(table[["compressor", "spec"]], hide_index=True, width="stretch", key="spec_table")
     return target
+
+
+@st.cache_data(show_spinner="Replaying the records over 1 Mbps to 100 Gbps ...", max_entries=32)
+def _bandwidth_curves(
+    _rows: pd.DataFrame, version: tuple, task: str, tier: str, setup: str | None, latency: float, _index_obj
+):
+    curves = crossover.time_to_target_by_bandwidth(_index_obj.heavy(_rows), latency)
+    return curves, crossover.crossovers(curves)
+
+
+def _bandwidth_section(f: Filters, rows: pd.DataFrame, version: tuple, index_obj) -> None:
+    """Time-to-target against bandwidth, one line per compressor, with the crossover against none marked."""
+    st.subheader("Time to target against bandwidth")
+    latency = (f.link or _link_for_plot(f.network, None)).latency_s
+    curves, found = _bandwidth_curves(rows, version, f.task, f.tier, f.setup, latency, index_obj)
+    st.caption(
+        "Modeled time to reach the target as the link between stages gets slower (every record's measured compute, "
+        f"compression and bytes replayed at each bandwidth, {format_latency(latency)} latency). A ◆ marks the "
+        "crossover: below that bandwidth the compressor reaches the target before none. Compressors that never "
+        "reach the target have no line."
+    )
+    drawn = curves.dropna(subset=["time_s"])
+    if drawn.empty:
+        st.text("No row of this task and setup reaches the target, so there is no time-to-target to plot.")
+        return
+    x = alt.X(
+        "bandwidth_bps:Q",
+        scale=alt.Scale(type="log"),
+        title="bandwidth between stages (log)",
+        axis=alt.Axis(labelExpr=_BPS_EXPR),
+    )
+    y = alt.Y("time_s:Q", scale=alt.Scale(type="log"), title="modeled time-to-target (s, log)")
+    color = alt.Color("name:N", title="compressor", legend=alt.Legend(labelLimit=300))
+    tooltip = [
+        alt.Tooltip("name:N", title="compressor"),
+        alt.Tooltip("bandwidth_bps:Q", title="bandwidth (bit/s)", format=".3s"),
+        alt.Tooltip("time_s:Q", title="time-to-target (s)", format=".3g"),
+        alt.Tooltip("reached:Q", title="seeds that reached"),
+    ]
+    lines = alt.Chart(drawn).mark_line(point=True).encode(x=x, y=y, color=color, tooltip=tooltip)
+    layers = [lines]
+    marks = []
+    for c in found:
+        if not (0 < c.bps < math.inf):
+            continue
+        g = drawn[(drawn["entry"] == c.entry) & (drawn["compressor"] == c.compressor) & (drawn["setup"] == c.setup)]
+        g = g.sort_values("bandwidth_bps")
+        t = (
+            float(np.exp(np.interp(np.log(c.bps), np.log(g["bandwidth_bps"]), np.log(g["time_s"]))))
+            if len(g)
+            else math.nan
+        )
+        marks.append({"name": c.name, "bandwidth_bps": c.bps, "time_s": t, "crossover": format_bandwidth(c.bps)})
+    if marks:
+        layers.append(
+            alt.Chart(pd.DataFrame(marks))
+            .mark_point(shape="diamond", size=160, filled=True)
+            .encode(x=x, y=y, color=color, tooltip=["name:N", "crossover:N"])
+        )
+    st.altair_chart(alt.layer(*layers).properties(width=PLOT_W, height=PLOT_H), width="content")
+    st.dataframe(
+        pd.DataFrame([{"compressor": c.name, "against none": c.text} for c in found]),
+        hide_index=True,
+        width="stretch",
+        key="crossover_table",
+    )
+
+
+# axis labels in bit/s units: 1e9 -> "1 Gbps" (Vega's own format would print "1G")
+_BPS_EXPR = (
+    "datum.value >= 1e9 ? format(datum.value / 1e9, '~g') + ' Gbps' : datum.value >= 1e6 ? "
+    "format(datum.value / 1e6, '~g') + ' Mbps' : format(datum.value / 1e3, '~g') + ' kbps'"
+)
 
 
 def _pareto_section(f: Filters, ranked: pd.DataFrame, metric: str, higher: bool) -> None:
@@ -598,7 +757,7 @@ def _table_marks(ranked: pd.DataFrame, sel: list, network: str | None, ttq: pd.D
     }
     out = []
     for r in ranked.to_dict("records"):
-        key = (r["entry"], r.get("compressor_label") or r["compressor"], r["setup"])
+        key = (r["entry"], views.short_name(r), r["setup"])
         if (r["entry"], r["compressor"], r["setup"]) in sel and key in names and r[col] == r[col]:
             reached = int(round(r.get(f"reached@{network}", 0.0) * r["n"]))
             out.append(
@@ -721,6 +880,7 @@ def _write_filters_to_url(f: Filters) -> None:
         dict(
             task=f.task,
             tier=f.tier,
+            setup=f.setup,
             rule=f.rule,
             quality=f.quality,
             network=st.session_state.get("network"),
@@ -763,12 +923,15 @@ def main(argv: list[str] | None = None) -> None:
             f"{skipped.size} record(s) of {skipped.nunique()} entr{'y' if skipped.nunique() == 1 else 'ies'} "
             "not re-modeled at this link: skipped: too large (per-entry simulation budget)"
         )
+    if f.setup is not None:
+        rows, agg = rows[rows["setup"] == f.setup], agg[agg["setup"] == f.setup]
     ranked = rule.rank(agg, min_ratio=f.min_ratio, network=f.network, direction=f.direction, quality=f.quality)
     metric = next((m for m in ranked["metric_name"] if m), "quality")
     higher = bool(ranked["higher_is_better"].iloc[0]) if len(ranked) else True
     _write_filters_to_url(f)
 
     target = _ranking_section(f, ranked, rows, metric, higher)
+    _bandwidth_section(f, rows, version, index)
     _pareto_section(f, ranked, metric, higher)
     labels = _row_labels(ranked)  # rows that differ only by setup get the setup in their label
     url_entry = str(st.session_state.get("_url_entry") or "")

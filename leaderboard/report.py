@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 import pandas as pd
 
+from leaderboard.crossover import crossover_text, crossovers, time_to_target_by_bandwidth
 from leaderboard.frame import view_target
 from leaderboard.networks import network_profiles
 from leaderboard.rules import RULES
@@ -177,6 +178,14 @@ def linked_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
+def _latency(network: str | None) -> float:
+    """The one-way latency of a named profile (the crossover sweep keeps it while the bandwidth varies)."""
+    from suite.results.network import PROFILES
+
+    profile = PROFILES.get(network or "1Gbps") or PROFILES["1Gbps"]
+    return float(profile.latency_s)
+
+
 def rank_by_setup(rule: Any, agg: pd.DataFrame, **kw: Any) -> pd.DataFrame:
     """``rule.rank`` within each setup (pipeline, tensor-parallel, data-parallel): a tp=2 row competes with the
     tp=2 rows and its own none, never with another layout's (the page's setup selector shows one at a time)."""
@@ -186,9 +195,18 @@ def rank_by_setup(rule: Any, agg: pd.DataFrame, **kw: Any) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def write_report(frame: pd.DataFrame, opts: ReportOptions, out: TextIO, *, links_text: str = "") -> None:
-    """Write the ranked tables of every (task, tier) in ``frame`` to ``out`` (see the module
-    docstring); ``links_text``: the measured-over-links table to print after them."""
+def write_report(
+    frame: pd.DataFrame,
+    opts: ReportOptions,
+    out: TextIO,
+    *,
+    links_text: str = "",
+    timed: pd.DataFrame | None = None,
+) -> None:
+    """Write the ranked tables of every (task, tier, setup) in ``frame`` to ``out`` (see the module
+    docstring); ``links_text``: the measured-over-links table to print after them. ``timed``: the same
+    rows with their ``timing_inputs`` (``Index.heavy``): each table is followed by the bandwidth below which
+    each compressor reaches the target before none (:mod:`leaderboard.crossover`)."""
     if opts.rule not in RULES:
         raise ValueError(f"unknown ranking rule {opts.rule!r}; valid rules: {', '.join(RULES)}")
     if opts.format not in FORMATS:
@@ -255,6 +273,17 @@ def write_report(frame: pd.DataFrame, opts: ReportOptions, out: TextIO, *, links
                 for note in notes:
                     say(plain(note))
             say(markdown(table) if opts.format == "markdown" else table.to_string(index=False))
+            if timed is not None and len(timed):
+                sub = timed[(timed["task"] == task) & (timed["tier"] == tier)]
+                if len(key) > 2:
+                    sub = sub[sub["setup"] == key[2]]
+                latency = _latency(network)
+                for line in crossover_text(crossovers(time_to_target_by_bandwidth(sub, latency)), latency):
+                    say(
+                        inert(line)
+                        if opts.wide
+                        else "\n".join(textwrap.wrap(inert(line), REPORT_WIDTH, subsequent_indent="    "))
+                    )
     if links_text:  # runs over real or emulated links
         say("\nmeasured over links next to the network model (mpcbench links):")
         say("\n".join(plain(line) for line in links_text.splitlines()))

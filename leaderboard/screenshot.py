@@ -320,15 +320,17 @@ def capture(
     width: int = 1800,
     timeout: float = 60.0,
     query: dict[str, str] | None = None,
+    height: int | None = None,
 ) -> str:
     """Serve the app with ``app_args``, load it (with ``query`` as URL parameters), wait for
-    ``wait_for``, save a PNG to ``out``; return the page's visible text."""
+    ``wait_for``, save a PNG to ``out`` (the whole page, or the first ``height`` pixels as a
+    ``width`` x ``height`` screen shows them); return the page's visible text."""
     from urllib.parse import urlencode
 
-    with serve(list(app_args), timeout=timeout) as url, Browser(width=width) as b:
+    with serve(list(app_args), timeout=timeout) as url, Browser(width=width, height=height or 1000) as b:
         b.goto(url + ("/?" + urlencode(query) if query else ""))
         text = b.wait_for(list(wait_for), timeout=timeout)
-        b.screenshot(out, width=width)
+        b.screenshot(out, width=width, full_page=height is None)
         return text
 
 
@@ -343,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--network", help="network profile name, or BANDWIDTH/LATENCY for the sliders (e.g. 300Mbps/2ms)")
     p.add_argument("--entry", help="entry folder name: its rows in the plots and its card in the details")
     p.add_argument("--width", type=int, default=1800)
+    p.add_argument(
+        "--height", type=int, default=None, help="only what a screen this tall shows (default: the whole page)"
+    )
     p.add_argument("--timeout", type=float, default=90.0)
     a = p.parse_args(argv)
     app_args = [x for r in a.results for x in ("--results", r)] + [x for r in a.records for x in ("--records", r)]
@@ -351,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         p.error(str(e))
     try:
-        capture(app_args, a.out, width=a.width, timeout=a.timeout, query=query)
+        capture(app_args, a.out, width=a.width, timeout=a.timeout, query=query, height=a.height)
     except (OSError, RuntimeError, TimeoutError) as e:
         print(f"screenshot failed: {e}", file=sys.stderr)
         return 1

@@ -31,6 +31,9 @@ __all__ = [
     "display_table",
     "machine_note",
     "row_label",
+    "short_name",
+    "compact_marks",
+    "MARKS_LEGEND",
 ]
 
 
@@ -75,8 +78,9 @@ def curve_frame(frame: pd.DataFrame, selection: Iterable[tuple[str, ...]] | None
         if "setup" not in sub:
             sub = sub.assign(setup="")
         several = sub["setup"].nunique() > 1
+        entries = sub["entry"].nunique() > 1
         for r in sub.itertuples(index=False):
-            label = f"{r.entry} / {r.compressor}" + (f" / {r.setup}" if several else "")
+            label = row_label(r.entry, short_name(r), r.setup, with_setup=several, with_entry=entries)
             for p in r.curve:
                 if not isinstance(p, dict):
                     continue
@@ -179,9 +183,19 @@ def row_label(
     *,
     with_setup: bool = False,
     with_machine: bool = False,
+    with_entry: bool = True,
 ) -> str:
-    """``entry / compressor`` (+ ``/ setup``, ``/ machine`` where rows differ only by those)."""
-    return f"{entry} / {compressor}" + (f" / {setup}" if with_setup else "") + (f" / {machine}" if with_machine else "")
+    """``entry / compressor`` (+ ``/ setup``, ``/ machine`` where rows differ only by those; the
+    compressor alone when one entry is shown)."""
+    head = f"{entry} / {compressor}" if with_entry else compressor
+    return head + (f" / {setup}" if with_setup else "") + (f" / {machine}" if with_machine else "")
+
+
+def short_name(row: Any) -> str:
+    """A row's short display name (:mod:`leaderboard.names`): the recorded one with a plugin's declared
+    label, else the typed spec with the built-ins' labels. ``row``: a mapping or a named tuple."""
+    get = row.get if isinstance(row, dict) else lambda k, d="": getattr(row, k, d)
+    return str(get("display", "") or "") or display_name(str(get("compressor", "")))
 
 
 def machine_note(machine: str, load_1m: float, cpu_count: float) -> str:
@@ -222,11 +236,12 @@ def time_to_quality_frame(
     if "setup" not in sub:
         sub = sub.assign(setup="")
     several = sub["setup"].nunique() > 1
+    entries = sub["entry"].nunique() > 1
     key = "metric" if quality == "compressed" else "metric_uncompressed"
     points = []
     for r in sub.itertuples(index=False):
-        name = getattr(r, "compressor_label", "") or r.compressor
-        label = row_label(r.entry, name, r.setup, with_setup=several)
+        name = short_name(r)
+        label = row_label(r.entry, name, r.setup, with_setup=several, with_entry=entries)
         curve = [p for p in r.curve if isinstance(p, dict)]
         steps = [_num(p.get("step")) for p in curve]
         times = cumulative_times(getattr(r, "timing_inputs", ""), link, steps)
@@ -348,6 +363,32 @@ def _time_cells(r: dict[str, Any], network: str) -> dict[str, str]:
     times = r.get(f"times@{network}") or {}
     per_seed = " / ".join("-" if math.isinf(v) else f"{v:.1f}" for _, v in sorted(times.items()))
     return {f"time-to-target @ {network}": text, "Δ time vs none": dtext, "time per seed": per_seed or "-"}
+
+
+# the significance words of the Δ columns, shortened where space is short (the page's grid at 1400 px; a
+# report past 120 columns), with the legend said once next to the table
+_SHORT_MARKS = (
+    ("n too small", "n<2"),
+    (", not resolved", " ~"),
+    ("paired by seed", "paired"),
+    (" (vs maintainers', other machine)", " (m*)"),
+    (" (vs maintainers')", " (m)"),
+)
+MARKS_LEGEND = (
+    "Δ: * p<0.05, ** p<0.01, *** p<0.001; n<2 = fewer than 2 seeds on a side (no test); ~ = not resolved (within the "
+    "minimal detectable difference, or p >= 0.05 for times); paired = paired t-test by seed; (m) = against the "
+    "maintainers' baseline, (m*) = theirs on another machine"
+)
+
+
+def compact_marks(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (:func:`display_table`) with its Δ columns' words shortened (:data:`MARKS_LEGEND` says them)."""
+    out = table.copy()
+    for col in ("Δ vs none", "Δ time vs none"):
+        if col in out:
+            for long, short in _SHORT_MARKS:
+                out[col] = out[col].str.replace(long, short, regex=False)
+    return out
 
 
 VERIFICATION_LABELS = {"verified": "✓ verified", "failed": "✗ failed verification", "not verified": "not verified"}

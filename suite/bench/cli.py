@@ -392,8 +392,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- report
-def _load_for_report(args: argparse.Namespace) -> tuple[Any, list[str]]:
-    """The records' rows from the leaderboard's compact index (rebuilt for changed sources only)."""
+def _load_for_report(args: argparse.Namespace) -> tuple[Any, list[str], Any]:
+    """The records' rows from the leaderboard's compact index (rebuilt for changed sources only), the
+    problems, and the index (its ``heavy`` rows carry the timing inputs)."""
     from leaderboard.index import load_index
     from suite.results import COMMITTED_RECORDS
 
@@ -404,7 +405,7 @@ def _load_for_report(args: argparse.Namespace) -> tuple[Any, list[str]]:
     missing = [p for p in args.results if not Path(p).exists()]
     index = load_index(stores, records)
     msgs = [str(p) for p in index.problems] + [f"{p}: no such results file" for p in missing if not records]
-    return index.frame, msgs
+    return index.frame, msgs, index
 
 
 def _tier_names(path: Path) -> set[str]:
@@ -423,7 +424,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     from .links import format_rows, link_rows
 
-    frame, problems = _load_for_report(args)
+    frame, problems, index = _load_for_report(args)
     for p in problems:
         print(f"skipped: {plain(p)}", file=sys.stderr)
     for what, wanted in (("task", args.task), ("tier", args.tier)):
@@ -479,7 +480,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     )
     rows = link_rows(linked_records(frame)) if args.format != "csv" else []  # runs over real or emulated links
     try:
-        write_report(frame, opts, sys.stdout, links_text=format_rows(rows) if rows else "")
+        timed = index.heavy(frame[(frame["status"] == "ok") & frame["latest"]]) if args.format != "csv" else None
+        write_report(frame, opts, sys.stdout, links_text=format_rows(rows) if rows else "", timed=timed)
     except ValueError as e:
         raise UsageError(str(e)) from None
     return EXIT_OK

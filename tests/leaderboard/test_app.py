@@ -34,12 +34,22 @@ def app(monkeypatch, records_dir) -> AppTest:
 
 def test_ranking_table_and_sections_render(app):
     table = _ranking(app)
-    assert list(table.columns[:5]) == ["rank", "entry", "compressor", "accuracy", "Δ vs none"]
+    # the answer first (at 1400 px nothing of it is scrolled away): name, quality, its delta, time-to-target
+    assert list(table.columns[:6]) == [
+        "rank",
+        "compressor",
+        "accuracy",
+        "Δ vs none",
+        "time-to-target @ 1Gbps",
+        "Δ time vs none",
+    ]
+    assert "entry" in table.columns  # several entries here (one entry: no column, test_one_entry_...)
     assert {"none", "fp16", "quant(bits=4)", "topk(ratio=0.1)"} <= set(table.compressor)
-    assert "time-to-target @ 1Gbps" in table.columns  # the default network profile
+    assert table.columns[-1] == "spec"  # every parameter, last
     subheaders = [s.value for s in app.subheader]
     assert subheaders == [
         "Ranking",
+        "Time to target against bandwidth",
         "Quality versus bytes",
         "Time to quality",
         "Training curves",
@@ -51,7 +61,7 @@ def test_ranking_table_and_sections_render(app):
     links = [d.value for d in app.dataframe if "link 50%" in d.value.columns]
     assert links and {"link 90%", "link 99%", "code ms/step"} <= set(links[0].columns)
     charts = [e for e in app.main if getattr(e, "type", None) == "vega_lite_chart"]
-    assert len(charts) == 4  # Pareto plot, time to quality, curves, performance profiles
+    assert len(charts) == 5  # time to target vs bandwidth, Pareto plot, time to quality, curves, performance profiles
     detail = app.json[0].value
     assert '"plugin_hash"' in detail and '"provenance"' in detail and '"submitter"' in detail
     explanation = [m.value for m in app.markdown if "Best quality at a compression ratio" in m.value]
@@ -82,7 +92,7 @@ def test_filters_change_the_ranking(app):
 
     app.selectbox(key="task").select("shakespeare").run()
     shake = _ranking(app)
-    assert "val_loss" in shake.columns and "hostile-entry" not in set(shake.entry)
+    assert "val_loss" in shake.columns and "hostile-entry" not in set(shake.get("entry", ()))
 
 
 def test_hostile_text_only_appears_as_text(app, lb, records_dir):
@@ -127,7 +137,8 @@ def test_results_store_source(monkeypatch, tmp_path, lb):
     store = lb.write_jsonl(tmp_path / "store.jsonl", lb.make_records(tasks=("shakespeare",)))
     at = _app(monkeypatch, results=store)
     table = _ranking(at)
-    assert set(table.entry) == {"local"} and "val_loss" in table.columns
+    assert "entry" not in table and "val_loss" in table.columns  # one entry: named once above the table
+    assert any("entry: local" in t.value for t in at.text)
 
 
 def test_record_warnings_are_flagged_in_the_table_and_listed_in_the_detail(monkeypatch, tmp_path, lb):
@@ -146,7 +157,7 @@ def test_record_warnings_are_flagged_in_the_table_and_listed_in_the_detail(monke
     def detail_warnings():
         return [d.value for d in at.main.dataframe if list(d.value.columns) == ["seed", "warning"]]
 
-    at.selectbox(key="detail").select("local / fp16").run()
+    at.selectbox(key="detail").select("fp16").run()  # one entry: the compressor names the row
     (shown,) = detail_warnings()
     assert list(shown.seed) == [0, 0, 1, 1]
     assert list(shown.warning) == [warn, "backward: " + lb.HOSTILE_NAME] * 2  # verbatim, as data
@@ -154,7 +165,7 @@ def test_record_warnings_are_flagged_in_the_table_and_listed_in_the_detail(monke
     for kind in ("markdown", "caption", "warning", "info", "error"):
         for el in getattr(at, kind):
             assert "<img" not in str(el.value) and "compressed payloads" not in str(el.value), (kind, el.value)
-    at.selectbox(key="detail").select("local / none").run()
+    at.selectbox(key="detail").select("none").run()
     assert detail_warnings() == [] and any(t.value == "No warnings in this entry's records." for t in at.text)
 
 
@@ -163,36 +174,41 @@ def test_no_warning_column_or_banner_without_warnings(app):
     assert not any("warnings in their records" in w.value for w in app.warning)
 
 
-def test_setups_get_their_own_rows_labels_and_points(monkeypatch, tmp_path, lb):
-    """The same compressor run under two settings (single process and torchrun) is two rows with a
-    ``setup`` column, two choices in the curves / detail pickers, and two Pareto points."""
+def test_setups_are_a_selector_each_ranked_against_its_own_none(monkeypatch, tmp_path, lb):
+    """The same compressors run under two settings (single process and torchrun): a Setup selector shows one
+    layout at a time with its own none row, never the two interleaved; the detail and the plots follow it."""
     recs = lb.make_records(tasks=("cifar10",), compressors=("none", "fp16"))
     for r in lb.make_records(tasks=("cifar10",), compressors=("none", "fp16")):
         r = dict(r, run={**r["run"], "mode": "torchrun"}, config={**r["config"], "mode": "torchrun"})
         recs.append(dict(r, cell_key=r["cell_key"] + "-tr", record_id=r["record_id"] + "-tr"))
     at = _app(monkeypatch, results=lb.write_jsonl(tmp_path / "store.jsonl", recs))
+    single, torchrun = "3 stages, 1f1b, M=4, single, cpu", "3 stages, 1f1b, M=4, torchrun, cpu"
+    assert at.selectbox(key="setup").options == [f"pipeline: {single}", f"pipeline: {torchrun}"]
     table = _ranking(at)
-    assert list(table.columns[:4]) == ["rank", "entry", "compressor", "setup"] and len(table) == 4
+    assert list(table.columns[:3]) == ["rank", "compressor", "accuracy"] and "setup" not in table
+    assert sorted(table.compressor) == ["fp16", "none"] and "entry" not in table  # one entry: said once, above
     assert all(q.endswith("(n=3)") for q in table.accuracy)  # not 6 pooled "seeds"
-    assert set(table.setup) == {"3 stages, 1f1b, M=4, single, cpu", "3 stages, 1f1b, M=4, torchrun, cpu"}
-    tr = "local / fp16 / 3 stages, 1f1b, M=4, torchrun, cpu"
-    assert tr in at.selectbox(key="detail").options and len(at.selectbox(key="detail").options) == 4
-    at.selectbox(key="detail").select(tr).run()
+    assert "baseline" in set(table["Δ vs none"])
+    at.selectbox(key="setup").select(torchrun).run()
+    assert sorted(_ranking(at).compressor) == ["fp16", "none"]
+    assert at.selectbox(key="detail").options == ["none", "fp16"] or sorted(at.selectbox(key="detail").options) == [
+        "fp16",
+        "none",
+    ]
+    at.selectbox(key="detail").select("fp16").run()
     detail = json.loads(at.json[0].value)
-    assert detail["setup"] == "3 stages, 1f1b, M=4, torchrun, cpu" and len(detail["seeds"]) == 3
-    assert all(s["setup"] == detail["setup"] for s in detail["seeds"])
-    pareto = next(e for e in at.main if getattr(e, "type", None) == "vega_lite_chart")
+    assert detail["setup"] == torchrun and len(detail["seeds"]) == 3
+    pareto = next(e for e in at.main if "wire bytes per step" in getattr(getattr(e, "proto", None), "spec", ""))
     layer = next(x for x in json.loads(pareto.proto.spec)["layer"] if x["mark"]["type"] == "point")
-    assert layer["encoding"]["shape"]["field"] == "setup"  # the setups are told apart on the plot
     data = next(d.data.data for d in pareto.proto.datasets if d.name == layer["data"]["name"])
     points = pa.ipc.open_stream(data).read_all().to_pandas()
-    assert len(set(zip(points.compressor, points.setup))) == len(points) == 4
+    assert set(points.setup) == {torchrun} and len(points) == 2
 
 
 def test_one_setup_shows_no_setup_column(app):
     assert "setup" not in _ranking(app).columns
     assert "fixture-baselines / fp16" in app.selectbox(key="detail").options
-    pareto = next(e for e in app.main if getattr(e, "type", None) == "vega_lite_chart")
+    pareto = next(e for e in app.main if "wire bytes per step" in getattr(getattr(e, "proto", None), "spec", ""))
     layer = next(x for x in json.loads(pareto.proto.spec)["layer"] if x["mark"]["type"] == "point")
     assert "shape" not in layer["encoding"]
 
@@ -256,7 +272,7 @@ def test_filters_live_in_the_url(monkeypatch, records_dir):
 
 
 @pytest.mark.parametrize("first_spelling", ["same", "relative"])
-def test_local_results_are_kept_apart_unless_asked(monkeypatch, tmp_path, records_dir, lb, first_spelling):
+def test_local_results_are_shown_unless_unticked(monkeypatch, tmp_path, records_dir, lb, first_spelling):
     store = lb.write_jsonl(
         tmp_path / "store.jsonl",
         [
@@ -268,9 +284,9 @@ def test_local_results_are_kept_apart_unless_asked(monkeypatch, tmp_path, record
         monkeypatch.chdir(tmp_path)
         _app(monkeypatch, records_dir, results=Path("store.jsonl"))
     at = _app(monkeypatch, records_dir, results=store)
+    assert "local" in set(_ranking(at).entry)  # a newcomer's own run is on the page without a click
+    at.checkbox(key="local").uncheck().run()
     assert "local" not in set(_ranking(at).entry)
-    at.checkbox(key="local").check().run()
-    assert "local" in set(_ranking(at).entry)
 
 
 def test_the_whole_ranking_is_visible_and_the_detail_is_a_card(app):
