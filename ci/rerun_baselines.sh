@@ -2,7 +2,7 @@
 # Re-run the committed quick-tier baselines under the calibrated tiers, in parts:
 # the store resumes, so interrupt it any time and start it again; finished cells are skipped.
 #
-#   1. 3 seeds: `none` and the compressors of the README's results table
+#   1. 3 seeds: `none` and the compressors of docs/baselines.md's results table
 #      (fp8, topk, powersgd, subspace, ae forward with an uncompressed backward);
 #   2. 1 seed:  the low-ratio baselines the board compares against (quant(bits=4), quant(bits=2), topk(ratio=0.01));
 #   3. 1 seed:  every other entry of the quick tier (rows with one seed are marked so on the

@@ -77,7 +77,7 @@ if grep -qx torch <<<"$missing"; then
             --index-url https://download.pytorch.org/whl/cpu 2>/dev/null; then
         echo "ci/setup.sh: installed torch's CPU build"
     else
-        echo "ci/setup.sh: installing torch==2.14.1 torchvision==0.29.1 from PyPI (the CUDA build, about 5 GB; see README)"
+        echo "ci/setup.sh: installing torch==2.14.1 torchvision==0.29.1 from PyPI (the CUDA build, about 5 GB; see docs/running.md)"
         pip_install "torch==2.14.1" "torchvision==0.29.1"
     fi
 fi

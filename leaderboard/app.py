@@ -651,7 +651,7 @@ def _bandwidth_section(f: Filters, rows: pd.DataFrame, version: tuple, index_obj
         "bandwidth_bps:Q",
         scale=alt.Scale(type="log"),
         title="bandwidth between stages (log)",
-        axis=alt.Axis(labelExpr=_BPS_EXPR),
+        axis=alt.Axis(values=[1e6, 1e7, 1e8, 1e9, 1e10, 1e11], labelExpr=_BPS_EXPR),
     )
     y = alt.Y("time_s:Q", scale=alt.Scale(type="log"), title="modeled time-to-target (s, log)")
     color = alt.Color("name:N", title="compressor", legend=alt.Legend(labelLimit=300))
@@ -683,7 +683,7 @@ def _bandwidth_section(f: Filters, rows: pd.DataFrame, version: tuple, index_obj
         )
     st.altair_chart(alt.layer(*layers).properties(width=PLOT_W, height=PLOT_H), width="content")
     st.dataframe(
-        pd.DataFrame([{"compressor": c.name, "against none": c.text} for c in found]),
+        pd.DataFrame([{"compressor": c.name, "against none": c.text} for c in crossover.by_payoff(found)]),
         hide_index=True,
         width="stretch",
         key="crossover_table",

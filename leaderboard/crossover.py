@@ -20,7 +20,7 @@ import pandas as pd
 from leaderboard.names import display_name
 from leaderboard.networks import Link, format_bandwidth, remodel
 
-__all__ = ["SWEEP_BPS", "Crossover", "time_to_target_by_bandwidth", "crossovers", "crossover_text"]
+__all__ = ["SWEEP_BPS", "Crossover", "time_to_target_by_bandwidth", "crossovers", "by_payoff", "crossover_text"]
 
 # 1 Mbps .. 100 Gbps, 2 per decade: each point replays every record's schedule (~30-60 ms a record on a
 # 2-core CPU), so the sweep is coarse and a crossover is interpolated between its points
@@ -121,11 +121,16 @@ def crossovers(curves: pd.DataFrame) -> list[Crossover]:
     return out
 
 
+def by_payoff(found: list[Crossover]) -> list[Crossover]:
+    """Highest crossover first (faster at every bandwidth before all), then by name."""
+    return sorted(found, key=lambda c: (-(c.bps if c.bps == c.bps else -1.0), c.name))
+
+
 def crossover_text(found: list[Crossover], latency_s: float) -> list[str]:
     """The report's lines: one per row, fastest payoff (highest crossover) first."""
     if not found:
         return []
-    order = sorted(found, key=lambda c: (-(c.bps if c.bps == c.bps else -1.0), c.name))
+    order = by_payoff(found)
     lat = f"{latency_s * 1e3:.3g} ms" if latency_s >= 1e-3 else f"{latency_s * 1e6:.3g} µs"
     head = f"where compression pays off (time-to-target vs none, modeled from 1 Mbps to 100 Gbps, {lat} latency):"
     never = [c.name for c in order if c.text == NEVER]
