@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 import sys
 import uuid
@@ -100,8 +101,8 @@ def test_run_resume_broken_plugin_report_validate(capsys, tmp_path, restore_regi
     summary = out[out.index("summary of this run") :].splitlines()
     assert summary[1].split()[:6] == ["task", "compressor", "quality", "Δ", "vs", "none"], summary
     assert "time-to-target @" in summary[1]
-    rows = {ln.split()[1]: ln for ln in summary[2:4]}
-    assert set(rows) == {"fp16", "none"} and "baseline" in rows["none"] and "2x" in rows["fp16"], summary
+    none, fp16 = (next(ln for ln in summary[2:4] if f" {c} " in ln) for c in ("none", "fp16"))
+    assert "baseline" in none and re.search(r" (1\.9\d|2)x ", fp16), summary  # fp16: half the bytes
     # not a terminal: a line per cell start and end, with the time left once a cell has finished
     lines = [ln for ln in err.splitlines() if ln.startswith("[")]
     assert [ln.split()[:3] for ln in lines] == [

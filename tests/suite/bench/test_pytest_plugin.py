@@ -90,7 +90,7 @@ def test_matrix_run_broken_plugin_and_resume(pytester, restore_registry, monkeyp
     # the closing summary: the cells' quality against none, ratio and time-to-target (the failed cell has none)
     summary = out[out.index("summary of this run") :].splitlines()
     assert summary[1].split()[:3] == ["task", "compressor", "quality"] and "time-to-target @" in summary[1], out
-    assert summary[2].split()[:2] == ["tiny", "none"] and "baseline" in summary[2], out
+    assert summary[2].split()[:4] == ["tiny", "/", "smoke", "none"] and "baseline" in summary[2], out
 
     # resume: the finished cell is skipped ("already in store"); nothing is appended
     r = pytester.runpytest_inprocess(*common, "--no-baseline", "--compressor", "none")
