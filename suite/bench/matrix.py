@@ -156,8 +156,8 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
                 for e in entries
             ]
     if sel.core:
-        listed = {name for r in tier.rounds for name in r}
-        entries = [e for e in entries if e.name in listed]
+        core_names = {name for r in tier.rounds for name in r}
+        entries = [e for e in entries if e.name in core_names]
     seeds = sel.seeds if sel.seeds is not None else (tier.seeds[:1] if sel.core else tier.seeds)
     timeout = sel.cell_timeout_s if sel.cell_timeout_s is not None else tier.cell_timeout_s
     if len(tasks) * len(entries) * len(seeds) > MAX_CELLS:  # before building any of them
@@ -173,9 +173,9 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
     # the none baseline added next to user specs runs in each mode its specs run in: a plugin's cells
     # go through torchrun, and a baseline in one process would not be theirs to compare with
     modes: set[str] = set()
-    for e in entries[1:] if user and sel.baseline else []:
+    for spec_entry in entries[1:] if user and sel.baseline else []:
         with contextlib.suppress(CompressorError):  # a bad spec is reported with its place below
-            modes.add(_mode(sel, e, tier, known))
+            modes.add(_mode(sel, spec_entry, tier, known))
     for task in tasks:
         for n_entry, entry in enumerate(entries):
             if not entry.runs_on(task):
