@@ -250,8 +250,17 @@ def test_pareto_ranks_hand_made_case():
 def test_display_table_strings(records):
     agg = aggregate(to_frame(records))
     table = ranking.display_table(rank(agg[agg.task == "cifar10"], "pareto"), network="1Gbps")
-    assert list(table.columns[:5]) == ["rank", "entry", "compressor", "accuracy", "Δ vs none"]
-    assert "time-to-target @ 1Gbps" in table and "ratio fwd / bwd / dp" in table
+    # the answer first: name, quality, its delta, time-to-target and its delta, the ratio; then who and the rest
+    assert list(table.columns[:7]) == [
+        "rank",
+        "compressor",
+        "accuracy",
+        "Δ vs none",
+        "time-to-target @ 1Gbps",
+        "Δ time vs none",
+        "ratio total",
+    ]
+    assert list(table.columns[7:9]) == ["entry", "ratio fwd / bwd / dp"] and table.columns[-1] == "spec"
     row = table[table.compressor == "topk(ratio=0.1)"].iloc[0]
     assert row["accuracy"].endswith("(n=3)") and "±" in row["accuracy"]
     assert row["Δ vs none"].startswith("-0.04") and row["Δ vs none"].endswith("***")
@@ -418,7 +427,8 @@ def test_setup_column_only_when_setups_differ(lb, records):
     mixed = records + [_in_setup(lb.make_record("cifar10", "fp16", 0), schedule="gpipe")]
     agg = aggregate(to_frame(mixed))
     table = ranking.display_table(rank(agg[agg.task == "cifar10"], "pareto"))
-    assert list(table.columns[:4]) == ["rank", "entry", "compressor", "setup"]
+    cols = list(table.columns)
+    assert cols[:2] == ["rank", "compressor"] and cols.index("setup") == cols.index("entry") + 1
     assert set(table.setup) == {"3 stages, 1f1b, M=4, single, cpu", "3 stages, gpipe, M=4, single, cpu"}
     assert len(table) == 5 and (table.compressor == "fp16").sum() == 2
     # the shakespeare rows have one setup: no column there
@@ -430,10 +440,11 @@ def test_curves_and_detail_tell_setups_apart(lb):
     b = _in_setup(a, mode="torchrun")
     frame = to_frame([a, b])
     curves = ranking.curve_frame(frame, [("local", "fp16")])  # a pair: every setup of it
-    assert curves.label.nunique() == 2 and all(lab.startswith("local / fp16 / 3 stages") for lab in curves.label)
+    # one entry: the compressor names the line (no "local / " on every label)
+    assert curves.label.nunique() == 2 and all(lab.startswith("fp16 / 3 stages") for lab in curves.label)
     tr = "3 stages, 1f1b, M=4, torchrun, cpu"
     only = ranking.curve_frame(frame, [("local", "fp16", tr)])
-    assert set(only.setup) == {tr} and set(only.label) == {"local / fp16"}
+    assert set(only.setup) == {tr} and set(only.label) == {"fp16"}
     d = ranking.entry_detail(frame, "cifar10", "quick", "local", "fp16", tr)
     assert d["setup"] == tr and [s["record_id"] for s in d["seeds"]] == [b["record_id"]]
     both = ranking.entry_detail(frame, "cifar10", "quick", "local", "fp16")
