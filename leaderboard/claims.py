@@ -153,11 +153,17 @@ class TierState:
     def text(self) -> str:
         """One line: plateaued or not, floor or not, same machine class or not."""
         if self.seeds < 2:
-            return f"not measured ({self.seeds} seed(s) on a side)" + (
+            base = (
+                f"; the baseline {self.baseline} changes by {self.gain:+.3g} over its last quarter"
+                if self.baseline and self.gain == self.gain
+                else ""
+            )
+            machine = (
                 ""
                 if self.same_machine is None
                 else ("; same machine class" if self.same_machine else "; different machine classes")
             )
+            return f"not judged ({self.seeds} seed(s) on a side){base}{machine}"
         if self.timing:
             plateau = "a timing claim (plateau and floor do not apply)"
         elif self.plateaued is None:
@@ -380,7 +386,16 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
         compressed = nan
     machines = tuple(sorted(set(arm["machine"]) | set(ref["machine"])))
     same_machine = (len(machines) == 1) if (len(arm) and len(ref)) else None
+    # the baseline's curve: the uncompressed row of the same setup and machine class, else the comparison
+    base_rows = _pick(_ok_rows(frame, c, BASELINE), setup, machine)
+    base_name = BASELINE
+    if len(base_rows) < 2 and len(ref) >= 2:
+        base_rows, base_name = ref, c.compare_to
+    gains = [] if timing else [g for g in (last_quarter_gain(pts, hib) for pts in _curves(base_rows)) if g == g]
+    gain = sum(gains) / len(gains) if gains else nan
     state = TierState(
+        gain=gain,
+        baseline=base_name if gains else "",
         trivial=trivial,
         same_machine=same_machine,
         machines=machines,
@@ -406,13 +421,6 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
     effect = sign * diff
     low, high = effect - half, effect + half
     mdd = half  # the effect that just reaches p < 0.05 with this spread and these seeds (power 0.5)
-    # the baseline's curve: the uncompressed row of the same setup and machine class, else the comparison
-    base_rows = _pick(_ok_rows(frame, c, BASELINE), setup, machine)
-    base_name = BASELINE
-    if len(base_rows) < 2:
-        base_rows, base_name = ref, c.compare_to
-    gains = [] if timing else [g for g in (last_quarter_gain(pts, hib) for pts in _curves(base_rows)) if g == g]
-    gain = sum(gains) / len(gains) if gains else nan
     # the limit: the comparison's MDD, or a close claim's tolerance when smaller (a baseline still
     # moving by more than the tolerance can neither show closeness nor rule it out)
     limit = min(mdd, float(c.tolerance)) if c.tolerance else mdd

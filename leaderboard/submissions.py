@@ -98,7 +98,9 @@ MAX_PLUGIN_BYTES = 2**20  # a plugin file; the hash reads at most this much
 MAX_YAML_EVENTS = 2_000  # parser events in entry.yaml (six short fields need ~20)
 # Entries the maintainers ran themselves: the only baselines other entries are compared with
 # (besides their own). A code change, so a pull request cannot add itself here unseen.
-MAINTAINER_ENTRIES = frozenset({"mpcbench-baselines"})
+# mpcbench-plateau: the plateau tier's runs (docs/reproductions.md), an entry of their own so that
+# adding them leaves the baselines' verification bound to the files it checked.
+MAINTAINER_ENTRIES = frozenset({"mpcbench-baselines", "mpcbench-plateau"})
 VERIFICATION_FILE = "verification.json"  # written by `mpcbench verify`, never by a submitter
 RERUNS_FILE = "verification.reruns"  # the re-runs' timing (JSON lines), bound by verification.json's hash
 VERIFICATION_SCHEMA = "mpcbench.verification/3"
