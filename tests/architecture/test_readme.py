@@ -1,4 +1,5 @@
-"""The README is short and true: every count in it is computed here from the code, every link resolves.
+"""The README is short and true: every count in it is computed here from the code, every measured
+figure is the one docs/performance.md records with its load, every link resolves.
 
 When a test here fails after a change (a tier gained entries, a command was added), update the
 README's number, not the test: the failure message names the line.
@@ -80,6 +81,20 @@ def test_the_tier_cell_counts(matrix):
         assert int(n) == len(plan_cells(Selection(tier=tier), matrix)), f"tier {tier}: the README says {n} cells"
     quick = _find(r"\*\*whole quick tier\*\* \((\d+) cells")
     assert quick[1] == rows["quick"]
+
+
+def test_the_measured_times_are_the_recorded_ones():
+    """The README's minutes are the measurement docs/performance.md records with its command and load."""
+    perf = (ROOT / "docs" / "performance.md").read_text()
+    section = perf[perf.index("## The main job on a fresh clone") :]
+    end = section.find("\n## ", 1)
+    section = section if end < 0 else section[:end]
+    table = _find(r"\| `bash ci/main.sh` \| minutes from its start \|\n\|---\|---\|\n((?:\|[^\n]+\n){3})")
+    for line in table[1].splitlines():
+        minutes = line.rsplit("|", 2)[1].strip()
+        assert re.fullmatch(r"\d+(\.\d)?", minutes), f"not a measured figure: {line}"
+        assert f"| {minutes} |" in section, f"{minutes} min is not in docs/performance.md's measurement: {line}"
+    assert "load" in section and "uptime" in section  # the load it was taken at, and how
 
 
 def test_the_links_resolve():
