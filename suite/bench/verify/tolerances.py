@@ -52,7 +52,9 @@ def numeric_fields(record: dict[str, Any]) -> tuple[dict[str, float], dict[str, 
     """(quality fields, byte counts) of a record by the names the comparison reports them under."""
     quality: dict[str, float] = {}
     counts: dict[str, float] = {}
-    for k in ("final_metric", "final_metric_uncompressed"):
+    # the reached-target step varies across seeds as much as quality does (the maintainers' sst2 seeds:
+    # 28 and 45 steps): it needs its own spread when another seed of the row is compared
+    for k in ("final_metric", "final_metric_uncompressed", "reached_target_step"):
         if _num(record.get(k)):
             quality[k] = float(record[k])
     for p in record.get("curve") or []:
