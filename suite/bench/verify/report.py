@@ -17,7 +17,6 @@ import contextlib
 import hashlib
 import json
 import os
-import random
 import secrets
 import subprocess
 import sys
@@ -265,8 +264,9 @@ def verify_entry(
     sample = sample_rows(records, seed, fraction)
     # rows in an order drawn with the seed; --rows N takes the first N, so a shorter verification's rows
     # are a prefix of a longer one's (a stopped run resumed with a smaller N re-uses every kept re-run)
-    order = sorted(sample)
-    random.Random(seed ^ 0x5EED).shuffle(order)
+    # each row's place is drawn from the seed and the row alone: rows added later (other tracks) do not
+    # reorder the rows already drawn
+    order = sorted(sample, key=lambda k: hashlib.sha256(f"{seed}:{row_id(k)}".encode()).hexdigest())
     order = order[:rows] if rows is not None else order
     sample = {k: sample[k] for k in order}
     all_rows = rows_of(records, ok_only=True)
