@@ -212,7 +212,14 @@ def test_canonical_spec_normalizes_and_validates():
 def test_describe_reports_parameters_roles_and_summary():
     d = compressors.describe("quant")
     assert d["params"] == {"bits": 8, "scale": "row", "block": 64, "rounding": "nearest", "range": "minmax"}
-    assert set(d["roles"]) == {"activation", "activation_grad", "weight_grad", "tp_activation", "tp_activation_grad"}
+    assert set(d["roles"]) == {
+        "activation",
+        "activation_grad",
+        "weight_grad",
+        "tp_activation",
+        "tp_activation_grad",
+        "pseudo_grad",
+    }
     assert "Chen et al. 2021" in d["summary"] and d["requires"] == []
     assert compressors.describe("randomk")["linear"] is True
 
