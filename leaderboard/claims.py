@@ -41,7 +41,7 @@ then decides (alpha 0.05, the 95% interval of the effect in "better" units):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -426,20 +426,8 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
     limit = min(mdd, float(c.tolerance)) if c.tolerance else mdd
     plateaued = None if not gains else bool(abs(gain) <= limit)  # rising or falling back: no plateau
     floor = trivial == trivial and all(sign * (m - trivial) <= mdd for m in (ma, mb))
-    state = TierState(
-        plateaued=plateaued,
-        gain=gain,
-        gain_limit=limit,
-        seeds=min(len(a), len(b)),
-        baseline=base_name,
-        floor=floor,
-        trivial=trivial,
-        same_machine=same_machine,
-        machines=machines,
-        setup=setup or "",
-        narrow=c.tier in NARROW_TIERS,
-        timing=timing,
-    )
+    # the same state as above, with what only a comparison can say
+    state = replace(state, plateaued=plateaued, gain_limit=limit, baseline=base_name, floor=floor)
 
     def verdict(v: str, why: str) -> Verdict:
         return Verdict(c, metric, len(a), len(b), ma, mb, effect, low, high, p, test, mdd, v, why, state,
