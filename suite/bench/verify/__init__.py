@@ -8,7 +8,7 @@ re-run's times. The jobs, one module each:
 - :mod:`.sampling`: which rows and cells (the board's row, :mod:`suite.results.entries`; a seed from ``secrets``);
 - :mod:`.code`: which code re-runs a cell (landed on the base branch, not reverted since);
 - :mod:`.sandbox` (+ :mod:`.stage_jail`): where it runs; :mod:`.rerun`: one contained re-run;
-- :mod:`.tolerances`: trusted spreads; :mod:`.compare`: a record against a re-run;
+- :mod:`.tolerances`: trusted spreads (:mod:`.row_reference`: one row's, seeds of its own run once); :mod:`.compare`: a record against a re-run;
 - :mod:`.report`: the report and the re-runs' times; :mod:`.trusted`: the base branch judges.
 """
 

@@ -33,9 +33,10 @@ from .code import CodeTrees, git
 from .compare import compare_all
 from .errors import VerifyError
 from .rerun import Rerun, run_cell_contained
+from .row_reference import RowReference
 from .sampling import FRACTION, inclusion_probabilities, sample_rows
 from .sandbox import containment, sanitise
-from .tolerances import reference_for
+from .tolerances import Reference, reference_for
 
 __all__ = ["CellCheck", "SCHEMA", "verify_entry", "check_verification", "check_cell", "reproducible_part"]
 
@@ -60,6 +61,7 @@ class CellCheck:
     rerun_metric: float | None = None
     diffs: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    reference: str = ""  # the trusted spread a "spread" comparison used (:mod:`.tolerances`)
 
     @property
     def ok(self) -> bool:
@@ -82,7 +84,16 @@ def _exact(record: dict[str, Any], rerun: Rerun) -> tuple[bool, str]:
     return not diffs, "; ".join(diffs)
 
 
-def _judge(check: CellCheck, record: dict[str, Any], rerun: Rerun, same_seed: bool) -> None:
+ReferenceOf = Callable[[dict[str, Any], Rerun], Reference]  # a record and its row's re-run -> the trusted spread
+
+
+def _maintainers_only(record: dict[str, Any], rerun: Rerun) -> Reference:
+    return reference_for(record)
+
+
+def _judge(
+    check: CellCheck, record: dict[str, Any], rerun: Rerun, same_seed: bool, reference: ReferenceOf = _maintainers_only
+) -> None:
     exact, why_not = _exact(record, rerun) if same_seed else (False, "another seed of the row")
     check.rerun_metric = rerun.record.get("final_metric")
     check.compared_with = str(rerun.record.get("_record_id") or "")
@@ -90,7 +101,8 @@ def _judge(check: CellCheck, record: dict[str, Any], rerun: Rerun, same_seed: bo
         check.mode = "exact"
         check.status, check.detail, check.diffs = compare_all(record, rerun.record, exact=True)
         return
-    ref = reference_for(record)
+    ref = reference(record, rerun)
+    check.reference = ref.source
     check.mode = "spread"
     check.status, check.detail, check.diffs = compare_all(
         record,
@@ -113,9 +125,11 @@ def check_cell(
     rerun: Rerun | None = None,
     log: Path | None = None,
     attempts: int = 2,
+    reference: ReferenceOf = _maintainers_only,
 ) -> tuple[CellCheck, Rerun | None]:
     """Re-run one record's cell with its commit's code and compare (never raises). ``rerun``: a
-    re-run of this record kept by an earlier run of this verifier (``--resume``), compared instead."""
+    re-run of this record kept by an earlier run of this verifier (``--resume``), compared instead.
+    ``reference``: where a comparison that is not exact takes its spread from."""
     prov = record.get("provenance") or {}
     commit = str(prov.get("git_commit") or "")
     check = CellCheck(
@@ -131,7 +145,7 @@ def check_cell(
                 record, tree, full, entry_dir, time_limit_s, threads, box, attempts=attempts, log=log
             )
         new.record["_record_id"] = record["record_id"]
-        _judge(check, record, new, same_seed=True)
+        _judge(check, record, new, same_seed=True, reference=reference)
     except VerifyError as e:
         check.detail = str(e)
     except subprocess.TimeoutExpired:
@@ -169,7 +183,11 @@ def _kept_rerun(resume: Path | None, record: dict[str, Any]) -> Rerun | None:
     with contextlib.suppress(ValueError, OSError, TypeError, KeyError):
         kept = json.loads(path.read_text())
         new = kept["record"]
-        if isinstance(new, dict) and new.get("cell_key") == record.get("cell_key") and new.get("status") == "ok":
+        # a cell at a seed of the verifier's (:func:`.row_reference.at_seed`) has no key of its own yet
+        same = new.get("cell_key") == record.get("cell_key") or (
+            record.get("cell_key") is None and new.get("seed") == record.get("seed")
+        )
+        if isinstance(new, dict) and same and new.get("status") == "ok":
             return Rerun(new, kept["machine"], kept["load"], kept.get("attempts", 1), kept.get("contended", False))
     return None
 
@@ -184,6 +202,11 @@ def _keep_rerun(resume: Path | None, record: dict[str, Any], new: Rerun) -> None
 
 
 # --------------------------------------------------------------------------- an entry
+def _seed_of(record: dict[str, Any]) -> int:
+    s = record.get("seed")
+    return s if isinstance(s, int) and not isinstance(s, bool) else -1
+
+
 def _bound_files(entry_dir: Path) -> dict[str, str]:
     """sha256 of the entry's files that are not records nor the verification's own."""
     from leaderboard.submissions import RERUNS_FILE, VERIFICATION_FILE, entry_file_hashes
@@ -273,6 +296,29 @@ def verify_entry(
     log_dir = keep or Path(tempfile.mkdtemp(prefix="mpcbench-verify-log-"))
     log = log_dir / "errors.log"  # the full text of what is never published (private: 0700 / 0600)
     flat = [(key, rec) for key in order for rec in sample[key]]  # re-run in the drawn order
+
+    def run_at(pseudo: dict[str, Any]) -> Rerun:
+        """A cell at a seed of the verifier's own (a row's reference): kept with --resume like any re-run."""
+        kept = _kept_rerun(keep, pseudo)
+        if kept is not None:
+            return kept
+        if progress:
+            progress(
+                f"  running {pseudo['cell_id']} at the verifier's own seed {pseudo['seed']} (the row's spread) ..."
+            )
+        full, tree = trees.tree((pseudo.get("provenance") or {}).get("git_commit"))
+        try:  # its times are never shown: one attempt, whatever the load
+            new = run_cell_contained(pseudo, tree, full, entry_dir, time_limit_s, threads, box, attempts=1, log=log)
+        except subprocess.TimeoutExpired:
+            raise VerifyError(f"it did not finish within {time_limit_s:g} s") from None
+        if new.record.get("status") == "ok":
+            _keep_rerun(keep, pseudo, new)
+        return new
+
+    references = {
+        key: RowReference(row_id(key), {_seed_of(records[i]) for i in all_rows.get(key, [])}, seed, run_at)
+        for key in order
+    }
     try:
         for _, rec in flat:  # extract each commit's tree once, before the cells run in parallel
             with contextlib.suppress(VerifyError):
@@ -284,8 +330,9 @@ def verify_entry(
             if progress:
                 progress(f"{'comparing the kept re-run of' if kept else 're-running'} {rec['cell_id']} ...")
             c, new = check_cell(
-                rec, entry_dir, trees, time_limit_s, threads, box, rerun=kept, log=log, attempts=attempts
-            )
+                rec, entry_dir, trees, time_limit_s, threads, box, rerun=kept, log=log, attempts=attempts,
+                reference=references[key],
+            )  # fmt: skip
             c.row_id = row_id(key)
             if kept is None and new is not None and new.record.get("status") == "ok":
                 _keep_rerun(keep, rec, new)
@@ -314,7 +361,7 @@ def verify_entry(
             c.recorded_metric = rec.get("final_metric")
             if ok_reruns:
                 try:
-                    _judge(c, rec, ok_reruns[0][0], same_seed=False)
+                    _judge(c, rec, ok_reruns[0][0], same_seed=False, reference=references[key])
                 except VerifyError as e:
                     c.detail = str(e)
             checks.append(c)
@@ -326,6 +373,8 @@ def verify_entry(
                 "status": status,
                 "records": {r["record_id"]: r.get("record_sha256") for r in members},
                 "reruns": sorted(rerun_ids),
+                # the spread the row's comparisons that were not exact were held to (none: all exact)
+                "reference": references[key].source or "none needed: every comparison exact",
             }
         )
         cells += [asdict(c) for c in checks]

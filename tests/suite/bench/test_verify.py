@@ -93,29 +93,49 @@ def _maintainers(tmp_path: Path, lb_records: list[dict]) -> Path:
 
 def test_the_spread_never_comes_from_the_entrys_records(tmp_path, monkeypatch):
     """Before: the spread was the entry's own seeds (or pooled over its rows): a decoy row with wild seeds
-    widened it for every row. Now only the maintainers' runs and the tier's measured spread count."""
-    tolerances._maintainers.cache_clear()
-    monkeypatch.setattr(
-        tolerances, "_maintainers", lambda folder: ({}, {})
-    )  # no maintainers' run of this task: the tier's measured spread
+    widened it for every row. Now only the maintainers' runs of the setup and the verifier's own seeds count."""
+    monkeypatch.setattr(tolerances, "_maintainers", lambda folder: {})  # no maintainers' run of this setup
     from leaderboard.statistics import MEASURED_SPREAD
 
     task, tier = next(iter(MEASURED_SPREAD))
     rec = _rec(task=task, tier=tier)
     rec["tier"] = tier
-    ref = tolerances.reference_for(rec)
-    assert ref.final_std == MEASURED_SPREAD[(task, tier)].seed_std and "measured" in ref.source
-    assert "entry" not in " ".join(tolerances.reference_for.__code__.co_varnames)
-    unknown = _rec(task="no-such-task")
     with pytest.raises(VerifyError, match="no trusted seed spread"):
-        tolerances.reference_for(unknown)
+        tolerances.reference_for(rec)  # neither the entry's seeds nor the tier alone make a reference
+    for name in ("reference_for", "maintainers_reference", "self_run_reference"):
+        assert "entry" not in " ".join(getattr(tolerances, name).__code__.co_varnames)
+    own = [_rec(task=task, seed=s, metric=0.5 + 0.001 * s) for s in (3, 4, 5)]
+    for r in own:
+        r["tier"] = tier
+    ref = tolerances.self_run_reference(rec, own)
+    assert ref.final_std == MEASURED_SPREAD[(task, tier)].seed_std  # floored at the tier's measured spread
+    assert "verifier's own seeds 3, 4, 5" in ref.source
 
 
 def test_the_maintainers_runs_of_the_same_setup_are_the_reference(monkeypatch):
     same = [_rec(seed=s, cell_id=f"m{s}", metric=0.5 + 0.01 * s) for s in range(3)]
-    monkeypatch.setattr(tolerances, "_maintainers", lambda folder: ({tolerances._setup(same[0]): same}, {}))
+    monkeypatch.setattr(tolerances, "_maintainers", lambda folder: {tolerances._setup(same[0]): same})
     ref = tolerances.reference_for(_rec(metric=0.9))
     assert abs(ref.final_std - 0.01) < 1e-9 and "maintainers' 3 seeds" in ref.source
+
+
+def test_a_few_own_seeds_without_a_tier_spread_are_widened_to_their_upper_bound(monkeypatch):
+    """Three runs' sample std is below the true one by half or more in one case of five: without the tier's
+    measured spread it is used at its one-sided 95 % upper bound, never bare."""
+    monkeypatch.setattr(tolerances, "_maintainers", lambda folder: {})
+    own = [_rec(task="no-spread-task", seed=s, metric=m) for s, m in ((3, 0.50), (4, 0.51), (5, 0.52))]
+    ref = tolerances.self_run_reference(_rec(task="no-spread-task"), own)
+    assert abs(ref.final_std - 0.01 * tolerances.upper_std_factor(3)) < 1e-9
+    assert 4.0 < tolerances.upper_std_factor(3) < 5.0 and tolerances.upper_std_factor(9) > 1.0
+    with pytest.raises(VerifyError, match="fewer than two"):
+        tolerances.self_run_reference(_rec(), own[:1])
+
+
+def test_own_seeds_are_drawn_from_the_verification_seed_and_avoid_the_rows_seeds():
+    a = tolerances.self_seeds(7, "row", {0, 1})
+    assert a == tolerances.self_seeds(7, "row", {0, 1}) and len(a) == tolerances.SELF_SEEDS
+    assert a != tolerances.self_seeds(8, "row", {0, 1}) and not {0, 1} & set(a)
+    assert tolerances.self_seeds(7, "row", set(a)) != a  # a recorded seed is never one of the verifier's
 
 
 def test_exact_mode_follows_the_verifiers_machine_not_the_records_claim():
@@ -149,7 +169,7 @@ def _fake_entry(tmp_path, monkeypatch, recs, rerun_of=None):
     monkeypatch.setattr(
         report, "containment", lambda *a, **k: sandbox.Containment((), ("test",), ("test: no sandbox",))
     )
-    monkeypatch.setattr(tolerances, "_maintainers", lambda folder: ({}, {}))
+    monkeypatch.setattr(tolerances, "_maintainers", lambda folder: {})
 
     def fake_run(rec, *a, **kw):
         new = copy.deepcopy((rerun_of or (lambda r: r))(rec))
@@ -192,7 +212,7 @@ def test_every_record_of_a_rerun_row_is_compared_and_a_forged_seed_fails_the_row
     forged = _row(forged_seed=2, task=task)
     for recs, want in ((honest, "verified"), (forged, "failed")):
         entry = _fake_entry(
-            tmp_path / want, monkeypatch, recs, rerun_of=lambda r: {**r, "final_metric": 0.5 + 0.001 * r["seed"]}
+            tmp_path / want, monkeypatch, recs, rerun_of=lambda r: {**r, "final_metric": 0.5 + 0.001 * (r["seed"] % 3)}
         )
         out = report.verify_entry(entry, base="HEAD", seed=1, write=False)
         (row,) = out["rows"]
@@ -200,6 +220,56 @@ def test_every_record_of_a_rerun_row_is_compared_and_a_forged_seed_fails_the_row
         assert set(row["records"]) == {r["record_id"] for r in recs} and len(row["reruns"]) >= 1
         kinds = {c["record_id"]: c["kind"] for c in out["cells"]}
         assert set(kinds) == {r["record_id"] for r in recs}  # every record of the row was compared
+
+
+@pytest.mark.parametrize("seed1_metric,want", [(0.75, "failed"), (0.502, "verified")])
+def test_a_forged_seed_the_largest_task_spread_passed_fails_against_the_verifiers_own_seeds(
+    tmp_path, monkeypatch, seed1_metric, want
+):
+    """Before: without the maintainers' run of the same setup, a row's other seeds were held to the largest
+    spread among the maintainers' rows of the task (1.0 nat on shakespeare: bimodal sparsifier rows), so a
+    seed forged by 0.25 passed. Now the verifier runs the setup at seeds of its own and holds the row to
+    their spread (floored at the tier's measured spread): the forged seed fails, an honest one passes, and
+    the report names the reference."""
+    from leaderboard.statistics import MEASURED_SPREAD
+
+    task = next(t for t, tier in MEASURED_SPREAD if tier == "quick")
+    recs = [
+        _rec(cell_id=f"c{s}", key=f"k{s}", seed=s, task=task, metric=m, config={"task": task, "seed": s})
+        for s, m in ((0, 0.5), (1, seed1_metric))
+    ]
+    # the maintainers ran the task only with another compressor, whose two seeds landed far apart
+    wild = [
+        _rec(cell_id=f"m{s}", key=f"m{s}", seed=s, task=task, metric=m, compressor="fp16",
+             specs={"forward": "fp16"}, config={"task": task, "seed": s})
+        for s, m in ((0, 0.2), (1, 0.9))
+    ]  # fmt: skip
+    maint = tmp_path / "maintainers"
+    maint.mkdir()
+    real = tolerances._maintainers.__wrapped__  # uncached
+    entry = _fake_entry(tmp_path, monkeypatch, recs)
+    monkeypatch.setattr(tolerances, "MAINTAINERS_DIR", maint)
+    monkeypatch.setattr(tolerances, "_maintainers", real)
+    monkeypatch.setattr(
+        "leaderboard.submissions.load_entry", lambda d: (copy.deepcopy(wild if Path(d) == maint else recs), [])
+    )
+    ran = []
+
+    def fake_run(rec, *a, **kw):
+        ran.append(rec["seed"])
+        return Rerun({**copy.deepcopy(rec), "final_metric": 0.5 + 0.002 * (rec["seed"] % 3)}, dict(MACHINE), [0.4])
+
+    monkeypatch.setattr(report, "run_cell_contained", fake_run)
+    # a verification seed whose sample re-runs seed 0 (honest): seed 1 is compared with the spread
+    seed = next(s for s in range(100) if next(iter(sampling.sample_rows(recs, s, 0.0).values()))[0]["seed"] == 0)
+    out = report.verify_entry(entry, base="HEAD", seed=seed, fraction=0.0, write=False)
+    (row,) = out["rows"]
+    assert row["status"] == want, out["cells"]
+    own = tolerances.self_seeds(seed, row["row_id"], {0, 1})
+    assert ran == [0, *own] and "verifier's own seeds" in row["reference"]
+    other = next(c for c in out["cells"] if c["record_id"] == recs[1]["record_id"])
+    assert other["status"] == ("mismatch" if want == "failed" else "within spread")
+    assert "verifier's own seeds" in other["reference"]
 
 
 def test_the_sample_is_one_cell_of_every_board_row_drawn_from_the_seed():
