@@ -67,6 +67,8 @@ __all__ = [
     "claims_table",
     "last_quarter_gain",
     "plateau_curves",
+    "evaluation_means",
+    "EVALUATION_COLUMNS",
 ]
 
 CLAIMS_PATH = Path(__file__).with_name("claims.yaml")
@@ -531,14 +533,20 @@ def claims_table(verdicts: list[Verdict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plateau_curves(frame: pd.DataFrame, tier: str = "plateau") -> pd.DataFrame:
-    """Mean learning curves (over seeds) of the maintainers' rows of ``tier``: task, compressor,
-    step, metric (mean), seeds (how many seeds have that step). What the claims page plots."""
+def _tier_rows(frame: pd.DataFrame, tier: str) -> pd.DataFrame:
+    """The maintainers' latest ok records of ``tier``."""
     rows = frame[(frame["tier"] == tier) & (frame["status"] == "ok")]
     if "latest" in rows:
         rows = rows[rows["latest"].astype(bool)]
     if "maintainers" in rows:
         rows = rows[rows["maintainers"].astype(bool) | (rows["entry"] == MAINTAINERS)]
+    return rows
+
+
+def plateau_curves(frame: pd.DataFrame, tier: str = "plateau") -> pd.DataFrame:
+    """Mean learning curves (over seeds) of the maintainers' rows of ``tier``: task, compressor,
+    step, metric (mean), seeds (how many seeds have that step). What the claims page plots."""
+    rows = _tier_rows(frame, tier)
     if rows.empty:
         return pd.DataFrame(columns=["task", "compressor", "step", "metric", "seeds"])
     if "curve" not in rows and "source" in rows:
@@ -559,3 +567,32 @@ def plateau_curves(frame: pd.DataFrame, tier: str = "plateau") -> pd.DataFrame:
         .reset_index()
         .rename(columns={"mean": "metric", "count": "seeds"})
     )
+
+
+EVALUATION_COLUMNS = ["task", "compressor", "seeds", "with compression", "without compression", "difference"]
+
+
+def evaluation_means(frame: pd.DataFrame, tier: str = "plateau") -> pd.DataFrame:
+    """Each maintainers' row of ``tier`` evaluated with and without compression, side by side
+    (strings: mean ± sd over seeds, and the mean paired difference without minus with, in metric
+    units). A model trained through a stateful compressor (AQ-SGD) is meant to run uncompressed;
+    evaluated with compression it sees first visits only, so the two columns can differ widely."""
+    rows = _tier_rows(frame, tier)
+    out = []
+    fmt = lambda m, s: f"{m:.4g} ± {s:.2g}" if s == s else f"{m:.4g}"  # noqa: E731
+    for (task, comp), g in rows.groupby(["task", "compressor"], sort=True):
+        both = g[["final_metric", "final_metric_uncompressed"]].astype(float).dropna()
+        if both.empty:
+            continue
+        w, wo = both["final_metric"], both["final_metric_uncompressed"]
+        out.append(
+            {
+                "task": task,
+                "compressor": comp,
+                "seeds": str(len(both)),
+                "with compression": fmt(w.mean(), w.std()),
+                "without compression": fmt(wo.mean(), wo.std()),
+                "difference": f"{(wo - w).mean():+.4f}",
+            }
+        )
+    return pd.DataFrame(out, columns=EVALUATION_COLUMNS)

@@ -60,9 +60,18 @@ def _plateau_curves(frame: pd.DataFrame) -> str:
     return "\n".join(parts)
 
 
+def _plateau_evaluation(frame: pd.DataFrame) -> str:
+    from leaderboard.claims import evaluation_means
+    from leaderboard.report import markdown
+
+    table = evaluation_means(frame)
+    return "(no plateau-tier records yet)\n" if table.empty else markdown(table) + "\n"
+
+
 BLOCKS: dict[str, Callable[[pd.DataFrame], str]] = {
     "claims": _claims,
     "plateau-curves": _plateau_curves,
+    "plateau-evaluation": _plateau_evaluation,
     "score": _score,
 }
 

@@ -1,5 +1,5 @@
-"""The page's "Reproductions" section: each claim's verdict with the tier's state, the AQ-SGD rows
-with and without compression at evaluation, and the plateau tier's learning curves.
+"""The page's "Reproductions" section: each claim's verdict with the tier's state, the plateau tier's
+rows with and without compression at evaluation, and its learning curves.
 
     section(frame, version)     # called by leaderboard/app.py
 
@@ -13,9 +13,9 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from leaderboard.claims import claims_table, judge, load_claims, plateau_curves
+from leaderboard.claims import claims_table, evaluation_means, judge, load_claims, plateau_curves
 
-__all__ = ["section", "verdict_frame", "curves_frame"]
+__all__ = ["section", "verdict_frame", "curves_frame", "evaluation_frame"]
 
 COLUMNS = [
     "verdict",
@@ -50,6 +50,13 @@ def curves_frame(_frame: pd.DataFrame, version: tuple) -> pd.DataFrame:
     return plateau_curves(_frame)
 
 
+@st.cache_data(show_spinner=False, max_entries=8)
+def evaluation_frame(_frame: pd.DataFrame, version: tuple) -> pd.DataFrame:
+    """The plateau tier's rows with and without compression at evaluation
+    (:func:`leaderboard.claims.evaluation_means`)."""
+    return evaluation_means(_frame)
+
+
 def section(frame: pd.DataFrame, version: tuple) -> None:
     """Render the section."""
     st.subheader("Reproductions")
@@ -64,6 +71,14 @@ def section(frame: pd.DataFrame, version: tuple) -> None:
     )
     table = verdict_frame(frame, version)
     st.dataframe(table, hide_index=True, width="stretch", key="claims_table")
+    evaluated = evaluation_frame(frame, version)
+    if not evaluated.empty:
+        st.markdown(
+            "**Plateau tier: each row evaluated with and without compression** (the same trained models; mean ± sd "
+            "over seeds). An AQ-SGD model evaluated with compression sees first visits only, so its claims read the "
+            "column without compression."
+        )
+        st.dataframe(evaluated, hide_index=True, width="stretch", key="plateau_evaluation")
     curves = curves_frame(frame, version)
     if curves.empty:
         st.caption("Plateau tier: no records yet.")

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from leaderboard.claims import NOT_TESTABLE, Claim, claims_table, judge, last_quarter_gain, load_claims
+from leaderboard.claims import (
+    NOT_TESTABLE,
+    Claim,
+    claims_table,
+    evaluation_means,
+    judge,
+    last_quarter_gain,
+    load_claims,
+)
 from leaderboard.frame import to_frame
 from suite.bench.cli import main
 from suite.bench.matrix_file import _entry, load_matrix
@@ -147,6 +155,15 @@ def test_same_models_without_compression_and_both_evaluations_shown(lb):
     row = claims_table([v]).iloc[0]
     assert "evaluated without compression" in row["configuration"]
     assert row["with / without compression at evaluation"] == "0.4133 / 0.2667"
+
+
+def test_every_row_of_a_tier_with_and_without_compression_side_by_side(lb):
+    frame = _frame(lb, {"none": [0.70, 0.72], "aqsgd": [0.60, 0.66]}, uncompressed={"aqsgd": [0.75, 0.73]})
+    frame.loc[(frame["compressor"] == "none") & (frame["seed"] == 1), "status"] = "failed"  # not a seed it ran
+    table = evaluation_means(frame, tier="quick").set_index("compressor")
+    assert table.loc["aqsgd"].tolist() == ["cifar10", "2", "0.63 ± 0.042", "0.74 ± 0.014", "+0.1100"]
+    assert table.loc["none"].tolist() == ["cifar10", "1", "0.7", "0.7", "+0.0000"]
+    assert evaluation_means(frame, tier="plateau").empty
 
 
 def test_bad_claims_are_refused_with_the_claim_named(tmp_path):

@@ -27,4 +27,4 @@ def test_render_replaces_only_the_blocks_and_refuses_a_page_without_one():
     )
     with pytest.raises(ValueError, match="no '<!-- generated: score -->'"):
         render(page, {"score": "x"})
-    assert set(BLOCKS) == {"claims", "plateau-curves", "score"}
+    assert set(BLOCKS) == {"claims", "plateau-curves", "plateau-evaluation", "score"}

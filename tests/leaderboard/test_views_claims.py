@@ -7,7 +7,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from leaderboard.claims import claims_table, judge, load_claims, plateau_curves
+from leaderboard.claims import claims_table, evaluation_means, judge, load_claims, plateau_curves
 from leaderboard.index import load_index
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,6 +27,8 @@ def test_the_reproductions_section_shows_verdicts_with_the_tier_state_and_the_pl
     assert list(shown["verdict"]) == list(expected["verdict"]) and list(shown["tier state"]) == list(
         expected["tier state"]
     )
+    evaluated = next(d.value for d in at.main.dataframe if "without compression" in d.value.columns)
+    assert evaluated.astype(str).values.tolist() == evaluation_means(frame).astype(str).values.tolist()
     curves = plateau_curves(frame)
     charts = [e for e in at.main if getattr(e, "type", None) == "vega_lite_chart"]
     # the page's own charts (time to target against bandwidth, Pareto, time to quality, curves, profiles)
