@@ -115,6 +115,8 @@ def make_executor(
         return RayExecutor(address=address, cpus_per_cell=cpus_per_cell or 1, local_cpus=jobs if jobs > 1 else None)
     if jobs < 1:
         raise ValueError(f"-j/--jobs must be at least 1, got {jobs}")
-    if jobs == 1:
+    if jobs == 1 and cpus_per_cell is None:
         return SerialExecutor()
+    # -j 1 --cpus-per-cell N: one cell at a time, still pinned to N threads (the serial loop
+    # leaves a cell the machine's threads, so the option would be dropped without a word)
     return LocalExecutor(jobs, LocalPool(jobs, threads=cpus_per_cell))

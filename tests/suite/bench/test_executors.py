@@ -180,6 +180,8 @@ def test_bad_executor_arguments_are_one_line_usage_errors():
     with pytest.raises(ValueError, match="at least 1"):
         make_executor("local", 0)
     assert isinstance(make_executor("local", 1), SerialExecutor)
+    one = make_executor("local", 1, cpus_per_cell=1)  # -j 1 --cpus-per-cell 1: pinned, not ignored
+    assert isinstance(one, LocalExecutor) and one.pool.threads == 1 and one.slots == 1
 
 
 def test_run_refuses_bad_executor_options_before_planning(capsys):
