@@ -59,6 +59,7 @@ import yaml
 from suite.results.entries import latest_flags, record_digest, row_id, row_keys
 from suite.results.record_json import load_record
 from suite.results.records import RecordError, derived_bytes_per_step
+from suite.results.signing_key import fingerprint, parse_key
 
 __all__ = [
     "Problem",
@@ -125,6 +126,11 @@ ENTRY_FIELDS: dict[str, tuple[bool, str]] = {
         "required with a .py plugin: the first 16 hex digits of sha256 of the plugin "
         "file's text (what compressors.registry.source_hash records for its compressors)",
     ),
+    "key": (
+        False,
+        "the entry's identity: an ssh-ed25519 public key line; once it is on the base branch, every later "
+        "commit that touches the entry's folder must be signed with it (git ssh signing)",
+    ),
 }
 
 
@@ -150,6 +156,7 @@ class EntryInfo:
     description: str = ""
     plugin: str = ""
     plugin_hash: str = ""
+    key: str = ""  # canonical "ssh-ed25519 <base64>" (suite.results.signing_key), "" when none
 
     def to_dict(self) -> dict[str, str]:
         return asdict(self)
@@ -291,6 +298,11 @@ def _read_entry_info(entry_dir: Path) -> EntryInfo:
     today = _dt.datetime.now(_dt.timezone.utc).date()
     if not _dt.date(2020, 1, 1) <= date <= today + _dt.timedelta(days=1):
         raise _Skip(f"entry.yaml field 'date' {fields['date']} is before 2020 or in the future (today is {today})")
+    if "key" in fields:
+        try:
+            fields["key"] = parse_key(fields["key"])
+        except ValueError as e:
+            raise _Skip(f"entry.yaml field 'key' {e}") from None
     info = EntryInfo(entry=entry_dir.name, **fields)
     _check_plugin(entry_dir, info)
     return info
@@ -460,6 +472,7 @@ def _load_jsonl(
     label: str,
     known: frozenset[str] = frozenset(),
     plugin_hash: str = "",
+    key_fingerprint: str = "",
 ) -> list[dict[str, Any]]:
     """Valid records of one JSON Lines file; every bad line becomes a Problem (within ``budget``).
 
@@ -467,6 +480,8 @@ def _load_jsonl(
     already loaded from elsewhere that are dropped silently (a local store's copy of committed
     records). ``plugin_hash``: the entry's plugin file hash; a record whose run loaded plugin
     files (``provenance.plugin_hashes["plugin:<path>"]``) must have loaded this one.
+    ``key_fingerprint``: of the key entry.yaml names; a record made for a key
+    (``provenance.signing_key``, ``MPCBENCH_SIGNING_KEY``) must have been made for this one.
     """
     out: list[dict[str, Any]] = []
     try:
@@ -486,6 +501,14 @@ def _load_jsonl(
                     where,
                     f"record was run with other plugin code ({', '.join(f'{k}={v}' for k, v in loaded.items())}); "
                     f"entry.yaml says plugin_hash {plugin_hash}",
+                )
+                continue
+            made_for = rec["provenance"].get("signing_key")
+            if key_fingerprint and made_for and made_for != key_fingerprint:
+                budget.problem(
+                    where,
+                    f"record was made for key {_one_line(made_for, 80)}, entry.yaml names {key_fingerprint}: records "
+                    "keep the key they were run for (re-run the cells with MPCBENCH_SIGNING_KEY set to this entry's key)",
                 )
                 continue
             rid = rec["record_id"]
@@ -751,10 +774,11 @@ def _load_entry(
     budget = _Budget(label, problems)
     records: list[dict[str, Any]] = []
     plugin_hash = info.plugin_hash if info.plugin.endswith(".py") else ""
+    key = fingerprint(info.key) if info.key else ""
     for f in files:
         if budget.stopped:
             break
-        records += _load_jsonl(f, attach, budget, seen, str(f), plugin_hash=plugin_hash)
+        records += _load_jsonl(f, attach, budget, seen, str(f), plugin_hash=plugin_hash, key_fingerprint=key)
     row_verification(records, verification)  # per displayed row; a verified row's times are its re-run's
     return records, problems
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = [
     "Setting",
@@ -103,6 +104,13 @@ SETTINGS: tuple[Setting, ...] = (
         "suite/settings.py -> suite/bench/provenance.py",
     ),
     Setting(
+        "MPCBENCH_SIGNING_KEY",
+        "",
+        "an ssh-ed25519 public key line or .pub file: its fingerprint goes into each record's provenance "
+        "(`signing_key`), binding the records to the entry whose entry.yaml names that key",
+        "suite/settings.py -> suite/bench/provenance.py",
+    ),
+    Setting(
         "MPCBENCH_RUN_DIR",
         "",
         "set by the runtime on every torchrun process (the cleanup sweep's marker); not a user setting",
@@ -151,6 +159,17 @@ def get(name: str) -> str:
 def enabled(name: str) -> bool:
     """A yes/no variable: anything but unset, empty, ``0``, ``false`` or ``no`` is yes."""
     return get(name).strip().lower() not in _FALSE
+
+
+def signing_key() -> str:
+    """``MPCBENCH_SIGNING_KEY``: the key line (read from the file it names, if it names one), or ""."""
+    value = get("MPCBENCH_SIGNING_KEY").strip()
+    if value and not value.startswith("ssh-"):
+        try:
+            value = Path(value).expanduser().read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"MPCBENCH_SIGNING_KEY={value!r}: cannot read the key file ({type(e).__name__})") from None
+    return value
 
 
 def check_consistency() -> bool:

@@ -173,7 +173,23 @@ def provenance(config: CellConfig) -> dict[str, Any]:
         "argv": " ".join(sys.argv)[:1000],
         "consistency_check": consistency_check_on(config),
         "resources": resources(),
+        **signing_key_info(),
     }
+
+
+def signing_key_info() -> dict[str, str]:
+    """``{"signing_key": <fingerprint>}`` of ``MPCBENCH_SIGNING_KEY``, or {} (the records then bind to no key).
+    A copier who takes a pending entry's records and names their own key in entry.yaml finds them
+    refused by the loader: re-keying means re-running."""
+    from suite.results.signing_key import fingerprint
+
+    key = settings.signing_key()
+    if not key:
+        return {}
+    try:
+        return {"signing_key": fingerprint(key)}
+    except ValueError as e:
+        raise ValueError(f"MPCBENCH_SIGNING_KEY {e}") from None
 
 
 def resources() -> dict[str, Any]:

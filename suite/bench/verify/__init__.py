@@ -7,6 +7,7 @@ re-run's times. The jobs, one module each:
 
 - :mod:`.sampling`: which rows and cells (the board's row, :mod:`suite.results.entries`; a seed from ``secrets``);
 - :mod:`.code`: which code re-runs a cell (landed on the base branch, not reverted since);
+- :mod:`.identity`: who may change an entry (commits signed by the key the base branch's entry.yaml names);
 - :mod:`.sandbox` (+ :mod:`.stage_jail`): where it runs; :mod:`.rerun`: one contained re-run;
 - :mod:`.tolerances`: trusted spreads (:mod:`.row_reference`: one row's, seeds of its own run once); :mod:`.compare`: a record against a re-run;
 - :mod:`.report`: the report and the re-runs' times; :mod:`.trusted`: the base branch judges.
@@ -59,6 +60,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     p.add_argument("--no-write", action="store_true", help="do not write <entry>/verification.json")
     p.add_argument(
+        "--signatures-only", action="store_true",
+        help="only check that every commit since --base touching the entry's folder is signed by the key "
+        "the base branch's entry.yaml names (no re-runs; the folder may be gone)",
+    )  # fmt: skip
+    p.add_argument(
         "--resume", metavar="DIR", default=None,
         help="keep each finished re-run in DIR (a private folder); run again with the same --seed to re-run only the cells not yet run",
     )  # fmt: skip
@@ -89,6 +95,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     check_cell_timeout(args.cell_timeout, "--cell-timeout")
     if not args.here and not judged():
         return run_judged(_argv_of(args), list(args.entry), args.base)
+    if args.signatures_only:
+        from pathlib import Path
+
+        from .identity import check_identity
+
+        for entry in args.entry:
+            print(plain(check_identity(Path(entry), args.base)))
+        return 0
     kw = dict(
         base=args.base, time_limit_s=args.cell_timeout, threads=args.threads, jobs=args.jobs, attempts=args.attempts
     )
@@ -132,7 +146,15 @@ def _argv_of(args: argparse.Namespace) -> list[str]:
     ):  # fmt: skip
         if value is not None:
             out += [flag, str(value)]
-    out += [f for f, on in (("--no-write", args.no_write), ("--check", args.check)) if on]
+    out += [
+        f
+        for f, on in (
+            ("--no-write", args.no_write),
+            ("--check", args.check),
+            ("--signatures-only", args.signatures_only),
+        )
+        if on
+    ]
     return out
 
 

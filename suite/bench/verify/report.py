@@ -32,6 +32,7 @@ from suite.results.entries import RowKey, machine_label, row_id, rows_of
 from .code import CodeTrees, git
 from .compare import compare_all
 from .errors import VerifyError
+from .identity import check_identity
 from .rerun import Rerun, run_cell_contained
 from .row_reference import RowReference
 from .sampling import FRACTION, inclusion_probabilities, sample_rows
@@ -262,6 +263,10 @@ def verify_entry(
     from leaderboard.submissions import RERUNS_FILE, VERIFICATION_FILE, load_entry
 
     entry_dir = Path(entry_dir)
+    if git(entry_dir.resolve(), "rev-parse", "--show-toplevel"):  # the pull request's path: signed by the entry's key
+        checked = check_identity(entry_dir, base)
+        if progress:
+            progress(checked)
     records, problems = load_entry(entry_dir)
     if not records:
         raise VerifyError(
