@@ -33,7 +33,7 @@ from .code import CodeTrees, git
 from .compare import compare_all
 from .errors import VerifyError
 from .identity import check_identity
-from .rerun import Rerun, run_cell_contained
+from .rerun import Rerun, SideChannel, run_cell_contained
 from .row_reference import RowReference
 from .sampling import FRACTION, inclusion_probabilities, sample_rows
 from .sandbox import containment, sanitise
@@ -147,6 +147,8 @@ def check_cell(
             )
         new.record["_record_id"] = record["record_id"]
         _judge(check, record, new, same_seed=True, reference=reference)
+    except SideChannel as e:  # the re-run's stages talked past the counted wire: the row fails
+        check.status, check.detail = "mismatch", str(e)
     except VerifyError as e:
         check.detail = str(e)
     except subprocess.TimeoutExpired:
@@ -189,7 +191,10 @@ def _kept_rerun(resume: Path | None, record: dict[str, Any]) -> Rerun | None:
             record.get("cell_key") is None and new.get("seed") == record.get("seed")
         )
         if isinstance(new, dict) and same and new.get("status") == "ok":
-            return Rerun(new, kept["machine"], kept["load"], kept.get("attempts", 1), kept.get("contended", False))
+            return Rerun(
+                new, kept["machine"], kept["load"], kept.get("attempts", 1), kept.get("contended", False),
+                loopback=kept.get("loopback") or {"audited": False, "why": "kept from a run before the loopback audit"},
+            )  # fmt: skip
     return None
 
 
@@ -235,6 +240,7 @@ def _rerun_line(record: dict[str, Any], rid: str, new: Rerun, entry_dir: Path) -
             "load_per_core": new.load,
             "attempts": new.attempts,
             "contended": new.contended,
+            "loopback": new.loopback,
         },
         "plugin_hash": plugin_hash,
     }

@@ -4,7 +4,8 @@ The verifier, not the re-run, says on which machine and under which load it ran 
 ``machine_info`` and ``os.getloadavg`` around the re-run); a re-run whose machine was contended
 (load above one runnable process per core, or the re-run's own measurement says so) runs again,
 up to ``attempts`` times, and the least loaded attempt is kept: its times are what the board shows,
-flagged as measured under load if every attempt was. The record's own times are never used.
+flagged as measured under load if every attempt was. The record's own times are never used. Every
+attempt's loopback is audited (:mod:`.loopback`): a side channel between its stages fails it.
 """
 
 from __future__ import annotations
@@ -20,9 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from .errors import VerifyError
-from .sandbox import ENV_ALLOW, JAIL_DIR, Containment, contained_run, sanitise
+from .loopback import audit
+from .sandbox import ENV_ALLOW, JAIL_DIR, Containment, Loopback, contained_run, sanitise
 
-__all__ = ["Rerun", "run_cell_contained", "config_for_rerun", "rerun_environment", "submitted_compressors", "RUNNER"]
+__all__ = [
+    "Rerun",
+    "SideChannel",
+    "run_cell_contained",
+    "config_for_rerun",
+    "rerun_environment",
+    "submitted_compressors",
+    "RUNNER",
+]
 
 RECORD_TAG = "mpcbench-verify-record: "
 # Runs one cell in a code tree of any version (before and after the suite/ split); prints its record.
@@ -57,6 +67,11 @@ class Rerun:
     attempts: int = 1
     contended: bool = False
     notes: list[str] = field(default_factory=list)
+    loopback: dict[str, Any] = field(default_factory=dict)  # the loopback audit (:mod:`.loopback`)
+
+
+class SideChannel(VerifyError):
+    """The re-run's loopback carried more than its counted wire and gloo's overhead (:mod:`.loopback`)."""
 
 
 def _pinned_plugin(entry_dir: Path) -> tuple[str, str]:
@@ -201,7 +216,7 @@ def _load_per_core() -> float:
 
 
 def _once(record: dict[str, Any], tree: Path, commit: str, entry_dir: Path, time_limit_s: float, threads: int,
-          box: Containment, log: Path | None) -> dict[str, Any]:  # fmt: skip
+          box: Containment, log: Path | None) -> tuple[dict[str, Any], Loopback | None]:  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="mpcbench-verify-cell-") as tmp:
         work = Path(tmp)
         os.chmod(work, 0o755)
@@ -222,7 +237,7 @@ def _once(record: dict[str, Any], tree: Path, commit: str, entry_dir: Path, time
         )
         for line in proc.stdout.splitlines():
             if line.startswith(RECORD_TAG):
-                return json.loads(line[len(RECORD_TAG) :])
+                return json.loads(line[len(RECORD_TAG) :]), getattr(proc, "loopback", None)
         raise VerifyError(
             sanitise(f"the re-run produced no record (exit {proc.returncode})", proc.stderr or proc.stdout, log)
         )
@@ -246,11 +261,14 @@ def run_cell_contained(
     best: Rerun | None = None
     for n in range(1, max(1, attempts) + 1):
         before = _load_per_core()
-        new = _once(record, tree, commit, entry_dir, time_limit_s, threads, box, log)
+        new, lo = _once(record, tree, commit, entry_dir, time_limit_s, threads, box, log)
         after = _load_per_core()
+        side, seen = audit(new, lo)
+        if side:
+            raise SideChannel(side)
         measured = ((new.get("timing_inputs") or {}).get("measurement") or {}).get("contended")
         contended = bool(measured) or max(before, after) > CONTENDED_PER_CORE
-        got = Rerun(new, machine_info(), [before, after], n, contended)
+        got = Rerun(new, machine_info(), [before, after], n, contended, loopback=seen)
         if best is None or (best.contended and (not contended or max(got.load) < max(best.load))):
             best = got
         if not contended or new.get("status") != "ok":

@@ -9,6 +9,8 @@ Layers, each probed on this machine; one that cannot be set up is named in the r
   every mount read-only but the re-run's folder, which is a size-capped tmpfs, a private size-capped
   ``/dev/shm``, the verifier's home hidden, every capability dropped (it cannot remount);
 - **cgroups** (v2, else v1 ``pids`` and ``memory``): caps on processes and memory;
+- **loopback audit** (:mod:`.loopback`): the namespace's ``lo`` is the only way between stages; what it
+  carried, read by the namespace's first process after the re-run, must match the counted wire;
 - **stages** (:mod:`.stage_jail`, Landlock): every torchrun worker, before any plugin code runs,
   restricts itself to reading the minimal root (the code tree, the interpreter, the data) and
   writing only its own private folder (its ``TMPDIR``); two stages share no writable path, cannot
@@ -41,6 +43,8 @@ __all__ = [
     "Containment",
     "containment",
     "contained_run",
+    "ContainedRun",
+    "Loopback",
     "sanitise",
     "Cgroup",
     "JAIL_DIR",
@@ -77,7 +81,12 @@ NS_SCRIPT = (
     'if [ -n "$k" ]; then IFS=:; i=0; for x in $k; do i=$((i+1)); '
     'mkdir "$d/$x" && mount --move "/dev/shm/$i" "$d/$x" || exit 98; done; unset IFS; umount /dev/shm || exit 98; fi; '
     "fi; "
-    'if [ -z "$ro" ]; then exec "$@"; fi; '
+    # the loopback audit: the re-run gets no copy of the audit's descriptor; once it ends, this shell
+    # (PID 1 here: the re-run cannot signal it, nor open its descriptors without capabilities) writes
+    # what loopback carried, from this namespace's /proc/net/dev, to it
+    'a="$VERIFY_LO_FD"; unset VERIFY_LO_FD; case "$a" in *[!0-9]*) a="";; esac; '
+    'audit() { rc=$?; [ -n "$a" ] && awk \'/^ *lo:/ {sub(/^ *lo:/, ""); print "lo", $1, $2, $9, $10}\' /proc/net/dev >&"$a"; exit $rc; }; '
+    'if [ -z "$ro" ]; then if [ -z "$a" ]; then exec "$@"; fi; eval "\\"\\$@\\" $a>&-"; audit; fi; '
     "for m in $(awk '{print $5}' /proc/self/mountinfo | sort -u); do "
     'mount -o remount,bind,ro "$m" || { echo "containment: cannot make $m read-only" >&2; exit 99; }; done; '
     # the re-run's folder: its staged files (config, plugin copy) move onto a size-capped tmpfs
@@ -86,10 +95,12 @@ NS_SCRIPT = (
     '|| { echo "containment: cannot make $w a writable tmpfs" >&2; exit 96; }; done; unset IFS; '
     'mount -t tmpfs -o "size=${sz:-1g},mode=1777,nosuid,nodev" tmpfs /dev/shm '
     '|| { echo "containment: no private /dev/shm" >&2; exit 95; }; '
-    'exec setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"'
+    'if [ -z "$a" ]; then exec setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"; fi; '
+    'eval "setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- \\"\\$@\\" $a>&-"; audit'
 )
+# bash, not sh: the audit's descriptor is any number (dash redirects only descriptors 0 to 9)
 NS_PREFIX = (
-    "unshare", "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc", "--", "sh", "-c", NS_SCRIPT, "sh",
+    "unshare", "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc", "--", "bash", "-c", NS_SCRIPT, "bash",
 )  # fmt: skip
 READONLY_PROBE = 'echo ok > "$1/rw/probe" && ! (echo no > "$1/outside") 2>/dev/null && [ ! -e "$1/outside" ]'
 
@@ -238,9 +249,6 @@ def containment(hide: Path | None = None, needed: tuple[Path, ...] = ()) -> Cont
             missing.append(f"stages: abstract unix sockets and signals between stages (Landlock ABI {abi} < 6)")
     else:
         missing.append("stages: no Landlock in this kernel: stages of a re-run share the re-run's files")
-    missing.append(
-        "stages: loopback is shared by the stages (gloo's wire runs on it); a second connection is not counted"
-    )
     cg, why_cg = make_cgroup()
     if cg is not None:
         cg.remove()
@@ -250,8 +258,8 @@ def containment(hide: Path | None = None, needed: tuple[Path, ...] = ()) -> Cont
     why = ""
     if os.geteuid() != 0:
         why = "not root"
-    elif not shutil.which("unshare") or not shutil.which("ip"):
-        why = "no unshare or ip command"
+    elif not shutil.which("unshare") or not shutil.which("ip") or not shutil.which("bash"):
+        why = "no unshare, ip or bash command"
     else:
         probe = subprocess.run(
             [*NS_PREFIX, "true"],
@@ -269,11 +277,14 @@ def containment(hide: Path | None = None, needed: tuple[Path, ...] = ()) -> Cont
             f"PID and IPC namespaces: {why}",
             f"hidden home folder: {why}",
             f"read-only file system and size-capped tmpfs: {why}",
+            f"loopback audit (a side channel between stages over loopback): {why}",
         ]
         return Containment((), tuple(layers), tuple(missing), **common)
     layers += [
         "network: its own namespace with only loopback",
         "PID and IPC namespaces: everything it starts is killed when it ends; no System V IPC with the host",
+        "loopback audit: what the namespace's lo carried against the wire bytes the re-run counted "
+        "(pipeline cells; collectives are not audited)",
     ]
     readonly, why_not = _readonly_works()
     if readonly:
@@ -365,6 +376,30 @@ def _limits(cpu_s: float, cgroup: Cgroup | None) -> Callable[[], None]:
     return apply
 
 
+@dataclass(frozen=True)
+class Loopback:
+    """What the re-run's own loopback carried (its network namespace's ``/proc/net/dev``, read by the
+    namespace's first process after the re-run ended): bytes include each packet's headers."""
+
+    rx_bytes: int
+    rx_packets: int
+    tx_bytes: int
+    tx_packets: int
+
+
+class ContainedRun(subprocess.CompletedProcess):
+    """A finished contained run, with what its loopback carried (None: no network namespace, or unread)."""
+
+    loopback: Loopback | None = None
+
+
+def _loopback(line: str) -> Loopback | None:
+    parts = line.split()
+    if len(parts) != 5 or parts[0] != "lo" or not all(p.isdigit() for p in parts[1:]):
+        return None
+    return Loopback(*(int(p) for p in parts[1:]))
+
+
 def contained_run(
     argv: list[str],
     *,
@@ -374,12 +409,17 @@ def contained_run(
     timeout_s: float,
     cpu_s: float,
     writable: tuple[Path, ...] = (),
-) -> subprocess.CompletedProcess:
+) -> ContainedRun:
     """``argv`` inside ``box``; whatever it started is killed when it ends or times out. With the
     read-only layer, ``writable`` (the re-run's own folder, remounted as a size-capped tmpfs holding
-    what it held) are the only places it can write."""
+    what it held) are the only places it can write. With a network namespace, the result says what
+    its loopback carried (``loopback``), written by the namespace's shell on a descriptor of its own."""
     ns_env: dict[str, str] = {}
+    audit_r, audit_w = -1, -1
     if box.prefix:
+        audit_r, audit_w = os.pipe()
+        os.set_blocking(audit_r, False)
+        ns_env.update(VERIFY_LO_FD=str(audit_w))
         ns_env.update(VERIFY_HIDE_DIR=box.hide, VERIFY_KEEP_DIRS=box.keep, VERIFY_TMPFS=str(TMPFS_BYTES))
         if box.readonly:
             dirs = [str(Path(w).resolve()) for w in writable]
@@ -387,16 +427,21 @@ def contained_run(
                 raise VerifyError("a re-run folder's path holds ':' or a newline")
             ns_env.update(VERIFY_READONLY="1", VERIFY_RW_DIRS=":".join(dirs))
     cgroup = make_cgroup()[0] if box.cgroups else None
-    proc = subprocess.Popen(
-        [*box.prefix, *argv],
-        cwd=cwd,
-        env={**env, **ns_env},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_limits(cpu_s, cgroup),  # noqa: PLW1509 - rlimits, cgroup and setsid must apply before exec
-    )
+    try:
+        proc = subprocess.Popen(
+            [*box.prefix, *argv],
+            cwd=cwd,
+            env={**env, **ns_env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            pass_fds=(audit_w,) if audit_w >= 0 else (),
+            preexec_fn=_limits(cpu_s, cgroup),  # noqa: PLW1509 - rlimits, cgroup and setsid must apply before exec
+        )
+    finally:
+        if audit_w >= 0:
+            os.close(audit_w)  # the namespace's shell holds the only writing end now
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -409,4 +454,12 @@ def contained_run(
             os.killpg(proc.pid, signal.SIGKILL)  # a daemon left in the group (no PID namespace)
         if cgroup is not None:
             cgroup.remove()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        audit = b""
+        if audit_r >= 0:
+            with contextlib.suppress(BlockingIOError, OSError):
+                while chunk := os.read(audit_r, 4096):
+                    audit += chunk
+            os.close(audit_r)
+    done = ContainedRun(proc.args, proc.returncode, out, err)
+    done.loopback = _loopback(audit.decode(errors="replace").strip().splitlines()[-1]) if audit.strip() else None
+    return done

@@ -11,7 +11,8 @@ Active only when ``VERIFY_STAGE_JAIL`` holds its JSON settings (``read``: folder
   ``TMPDIR`` and ``HOME``), the run folder's error files and, local rank 0, the run folder's result;
   it reads the run's config file but nothing another stage wrote. Separate Landlock domains also
   keep stages from ptrace-ing each other (and, ABI 6+, from signals and abstract unix sockets);
-  a seccomp filter refuses System V IPC and POSIX message queues.
+  a seccomp filter refuses System V IPC, POSIX message queues and unix sockets (Landlock scopes only
+  abstract ones; a socket file in another stage's folder could still be connected to).
 
 A process that cannot apply what it was asked to exits (status 70) rather than run unconfined.
 """
@@ -102,24 +103,37 @@ def _restrict(read, write, files, stage):
     os.close(fd)
 
 
-def _no_sysv_ipc():
-    """A seccomp filter: System V IPC and POSIX message queues fail with EPERM (x86-64 only)."""
+def _seccomp():
+    """A seccomp filter (x86-64 only): System V IPC, POSIX message queues and AF_UNIX sockets fail with
+    EPERM. Unix sockets because Landlock (up to ABI 6) scopes only abstract ones: a stage could connect
+    to a socket file in another stage's folder (it cannot read the folder, but connect() is not a read)
+    and pass an activation past both the byte counter and the loopback audit. socketpair() stays (a
+    pair never leaves the process that made it); gloo and torchrun's store speak TCP."""
     if os.uname().machine != "x86_64":
         return
     banned = (29, 30, 31, 64, 65, 66, 67, 68, 69, 70, 71, 220, 240, 241, 242, 243, 244, 245)
-    ld_arch, ld_nr, jeq, ret = 0x20, 0x20, 0x15, 0x06
-    jge = 0x35
-    n = len(banned)
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, eperm = (ret, "", "", 0x7FFF0000), (ret, "", "", 0x00050000 | 1)  # RET_ALLOW, RET_ERRNO | EPERM
     # another architecture (int 0x80) or the x32 numbers (nr | 0x40000000): refused too
-    prog = [(ld_arch, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, 0x00050000 | 1), (ld_nr, 0, 0, 0)]
-    prog.append((jge, n + 1, 0, 0x40000000))
-    for i, nr in enumerate(banned):
-        prog.append((jeq, n - i, 0, nr))  # to the EPERM return after the allow
-    prog.append((ret, 0, 0, 0x7FFF0000))  # SECCOMP_RET_ALLOW
-    prog.append((ret, 0, 0, 0x00050000 | 1))  # SECCOMP_RET_ERRNO | EPERM
-    raw = b"".join(struct.pack("HBBI", *f) for f in prog)
+    prog = [(ld, "", "", 4), (jeq, "nr", "EPERM", 0xC000003E), ("nr", ld, "", "", 0)]
+    prog.append((jge, "EPERM", "", 0x40000000))
+    prog += [(jeq, "EPERM", "", nr) for nr in banned]
+    prog += [(jeq, "", "ALLOW", 41), (ld, "", "", 16), (jeq, "EPERM", "", 1)]  # socket(AF_UNIX, ...)
+    prog += [("ALLOW", *allow), ("EPERM", *eperm)]
+    labels = {}
+    flat = []
+    for f in prog:
+        if isinstance(f[0], str):
+            labels[f[0]] = len(flat)
+            f = f[1:]
+        flat.append(f)
+
+    def to(target, at):
+        return 0 if target == "" else labels[target] - at - 1
+
+    raw = b"".join(struct.pack("HBBI", c, to(jt, i), to(jf, i), k) for i, (c, jt, jf, k) in enumerate(flat))
     filt = ctypes.create_string_buffer(raw, len(raw))
-    fprog = struct.pack("HxxxxxxQ", len(prog), ctypes.addressof(filt))
+    fprog = struct.pack("HxxxxxxQ", len(flat), ctypes.addressof(filt))
     fp = ctypes.create_string_buffer(fprog, len(fprog))
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(22, 2, fp, 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
@@ -181,7 +195,7 @@ def _main():
         os.makedirs(os.path.dirname(err), exist_ok=True)
         write.append(os.path.dirname(err))
     _restrict(read, write, files, stage=True)
-    _no_sysv_ipc()
+    _seccomp()
 
 
 _main()
