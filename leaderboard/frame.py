@@ -161,6 +161,25 @@ class RemodelBudget:
     def __init__(self, seconds: float | None = None) -> None:
         self.left = REMODEL_BUDGET_S if seconds is None else seconds
         self.skipped = 0
+        self.prefetched: dict[tuple[str, tuple[str, ...]], tuple[dict[str, dict[str, float | None]], float]] = {}
+        self._counted: set[tuple[str, tuple[str, ...]]] = set()
+
+    def prefetch(self, records: list[dict[str, Any]]) -> None:
+        """Re-model the records that need it on every core at once (:mod:`leaderboard.remodel_pool`),
+        before they are flattened one by one: the workers share this budget's CPU seconds (each stops
+        at its share) and skip inputs over :data:`suite.results.network.MAX_MODEL_COST`, so the checks
+        are the serial ones; what they did not finish is re-modeled here as before."""
+        from leaderboard.remodel_pool import remodel_in_workers
+
+        wanted: dict[tuple[str, tuple[str, ...]], None] = {}
+        for r in records:
+            request = _remodel_request(r, _target_step(r))
+            if request is None:
+                continue
+            text = json.dumps(request[0], sort_keys=True, separators=(",", ":"))
+            if text not in _COSTS:
+                wanted[(text, request[1])] = None
+        self.prefetched.update(remodel_in_workers(list(wanted), self.left))
 
     def remodel(self, timing: dict[str, Any], profiles: tuple[str, ...]) -> dict[str, dict[str, float | None]] | None:
         """The current model's times, or None when over budget (or the inputs cannot be read)."""
@@ -168,6 +187,15 @@ class RemodelBudget:
         try:
             if text in _COSTS:  # simulated before in this process: its cost was counted then
                 return _remodel(text, profiles)
+            done = self.prefetched.get((text, profiles))
+            if done is not None:  # simulated by a worker (:meth:`prefetch`): its CPU time counts here, once
+                if (text, profiles) not in self._counted:
+                    if self.left <= 0:
+                        self.skipped += 1
+                        return None
+                    self.left -= done[1]
+                    self._counted.add((text, profiles))
+                return done[0]
             inputs = model.TimingInputs.from_dict(timing)
             if self.left <= 0 or model.model_cost(inputs, len(profiles)) > model.MAX_MODEL_COST:
                 self.skipped += 1
@@ -197,6 +225,27 @@ def _modeled(
     record without usable inputs, or over the budget, keeps its stored times (its version: NaN if
     unknown, NaN too when over the budget)."""
     stored = _dict(r.get("modeled"))
+    request = _remodel_request(r, target_step)
+    if request is None:
+        version = r.get("model_version")
+        return stored, float(version) if isinstance(version, int) and not isinstance(version, bool) else math.nan
+    fresh = (budget or RemodelBudget()).remodel(*request)
+    if fresh is None:
+        return stored, math.nan
+    return {**stored, **fresh}, float(model.MODEL_VERSION)
+
+
+def _target_step(r: dict[str, Any]) -> float | None | str:
+    """The target step :func:`_flatten` models a record at (``"stored"``: its inputs' own)."""
+    revised = board_target(r) if r.get("status") == "ok" else None
+    return "stored" if revised is None else revised[1]
+
+
+def _remodel_request(
+    r: dict[str, Any], target_step: float | None | str
+) -> tuple[dict[str, Any], tuple[str, ...]] | None:
+    """(timing inputs, profiles) of a record that :func:`_modeled` re-models, or None when its stored
+    times stand (the current model at its target step, or no usable inputs)."""
     version = r.get("model_version")
     version = version if isinstance(version, int) and not isinstance(version, bool) else None
     timing = r.get("timing_inputs")
@@ -208,12 +257,8 @@ def _modeled(
         timing = {**timing, "target_step": target_step}
         version = None  # the stored times answer another target step
     if version == model.MODEL_VERSION or not isinstance(timing, dict):
-        return stored, math.nan if version is None else float(version)
-    profiles = tuple(p for p in stored if p in model.PROFILES)
-    fresh = (budget or RemodelBudget()).remodel(timing, profiles)
-    if fresh is None:
-        return stored, math.nan
-    return {**stored, **fresh}, float(model.MODEL_VERSION)
+        return None
+    return timing, tuple(p for p in _dict(r.get("modeled")) if p in model.PROFILES)
 
 
 def _same_step(a: Any, b: float | None) -> bool:
@@ -276,6 +321,7 @@ def to_frame(
     records = list(records)
     infos: dict[int, tuple[Any, str]] = {}  # entry_info JSON by object: the loader attaches one dict per entry
     budget = RemodelBudget() if budget is None else budget
+    budget.prefetch(records)
     rows = [_flatten(r, details, infos, budget) for r in records]
     frame = pd.DataFrame(rows)
     if frame.empty:

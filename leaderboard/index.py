@@ -208,6 +208,7 @@ def _serve(tasks: list[tuple[str, str, list[Any]]]) -> None:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    os.environ["MPCBENCH_INDEX_WORKERS"] = "1"  # one of several workers already: it re-models its records itself
     for task in tasks:
         try:
             got: Any = _load_source(*task)

@@ -134,8 +134,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "MPCBENCH_INDEX_WORKERS",
         "",
-        "processes that build the leaderboard index (`1`: in the page's own; unset: one per CPU once there is enough to load)",
-        "leaderboard/index.py",
+        "processes that build the leaderboard index and re-model older records (`1`: in the page's own; "
+        "unset: one per CPU once there is enough to do)",
+        "leaderboard/index.py, leaderboard/remodel_pool.py",
     ),
     Setting(
         "MPCBENCH_CHROMIUM",

@@ -88,7 +88,7 @@ def check_identity(entry_dir: Path, base: str) -> str:
     folder = _folder(Path(repo), entry_dir)
     key = base_key(Path(repo), base_commit, folder)
     if not key:
-        return f"{folder}: no key on {base} (a new entry's key binds when it lands)"
+        return f"{folder}: its entry.yaml on {base} names no key (nothing to check; a key binds once it lands there)"
     bad = unsigned_commits(Path(repo), base_commit, "HEAD", folder, key)
     if bad:
         more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""

@@ -64,6 +64,20 @@ def test_compare_exact_needs_identical_numbers_and_warnings():
     )
 
 
+def test_the_timing_inputs_step_grouping_may_differ_but_not_their_step_count():
+    """An honest maintainers' row failed in exact mode: which step a message's bytes count for follows the
+    measured timeline, so its re-run regrouped the steps (225 runs recorded, 256 re-run, same bytes). The
+    grouping is not shown (a verified row takes the re-run's timing inputs); the number of steps is compared."""
+    load = {"links": [{"fwd_bytes": 10.0, "bwd_bytes": 10.0}]}
+    a = _rec(timing_inputs={"steps": [load, load], "counts": [1, 1], "target_step": 2.0})
+    b = _rec(timing_inputs={"steps": [load], "counts": [2], "target_step": 2.0})
+    assert compare.compare(a, b, exact=True)[0] == "match"
+    c = _rec(timing_inputs={"steps": [load], "counts": [3], "target_step": 2.0})
+    assert compare.compare(a, c, exact=True)[0] == "mismatch"
+    d = _rec(timing_inputs={"steps": [load], "counts": [2], "target_step": 1.5})
+    assert compare.compare(a, d, exact=True)[0] == "mismatch"
+
+
 def test_a_short_cell_is_not_judged_by_its_times_under_load():
     """The fresh-clone failure: total_train_s 0.72 s recorded, 0.017 s re-run, "37.9x apart" at load 4-5.
     Times are not compared (a verified row shows the re-run's), so an honest short cell agrees."""

@@ -99,7 +99,7 @@ def test_a_new_entrys_key_binds_when_it_lands(tmp_path):
     _commit(r, {"README": "x"}, "base")
     _git(r, "checkout", "-q", "-b", "pr")
     _commit(r, {"records/n/entry.yaml": _yaml(owner), "records/n/r.jsonl": "{}\n"}, "new entry, unsigned")
-    assert "binds when it lands" in identity.check_identity(r / "records" / "n", "main")
+    assert "names no key" in identity.check_identity(r / "records" / "n", "main")
     _git(r, "checkout", "-q", "main")
     _git(r, "merge", "-q", "--ff-only", "pr")  # landed: from now on its key binds
     _git(r, "checkout", "-q", "-b", "pr2")
