@@ -719,9 +719,18 @@ def verification_status(entry_dir: str | Path) -> str:
 
 
 def load_entry(
-    entry_dir: str | Path, *, _seen: dict[str, str] | None = None, maintainers: Iterable[str] = MAINTAINER_ENTRIES
+    entry_dir: str | Path,
+    *,
+    _seen: dict[str, str] | None = None,
+    maintainers: Iterable[str] = MAINTAINER_ENTRIES,
+    as_recorded: bool = False,
 ) -> tuple[list[dict[str, Any]], list[Problem]]:
     """Records of one submission folder ``records/<entry>/`` (what ``mpcbench validate`` checks).
+
+    ``as_recorded``: the records as stored, without a verification's verdicts and re-run times and
+    machine (:func:`row_verification`): what the verifier samples and compares. A verified row takes
+    the verifier's machine, so sampling the board's records would move that row's key from one
+    verification to the next (a row recorded on another machine class became this machine's row).
 
     The entry is skipped as a whole (one problem) when ``entry.yaml`` is missing or invalid
     or the plugin does not match its hash; otherwise each ``*.jsonl`` file is loaded and
@@ -730,13 +739,13 @@ def load_entry(
     """
     entry_dir = Path(entry_dir)
     try:
-        return _load_entry(entry_dir, {} if _seen is None else _seen, frozenset(maintainers))
+        return _load_entry(entry_dir, {} if _seen is None else _seen, frozenset(maintainers), as_recorded)
     except Exception as e:  # noqa: BLE001 - MemoryError, RecursionError, anything: only this entry is lost
         return [], [Problem(str(entry_dir), f"entry skipped: {type(e).__name__}: {_one_line(e) or 'no message'}")]
 
 
 def _load_entry(
-    entry_dir: Path, seen: dict[str, str], maintainers: frozenset[str]
+    entry_dir: Path, seen: dict[str, str], maintainers: frozenset[str], as_recorded: bool = False
 ) -> tuple[list[dict[str, Any]], list[Problem]]:
     label = str(entry_dir)
     if entry_dir.is_symlink() or not entry_dir.is_dir():
@@ -779,7 +788,8 @@ def _load_entry(
         if budget.stopped:
             break
         records += _load_jsonl(f, attach, budget, seen, str(f), plugin_hash=plugin_hash, key_fingerprint=key)
-    row_verification(records, verification)  # per displayed row; a verified row's times are its re-run's
+    if not as_recorded:
+        row_verification(records, verification)  # per displayed row; a verified row's times are its re-run's
     return records, problems
 
 

@@ -273,7 +273,7 @@ def verify_entry(
         checked = check_identity(entry_dir, base)
         if progress:
             progress(checked)
-    records, problems = load_entry(entry_dir)
+    records, problems = load_entry(entry_dir, as_recorded=True)
     if not records:
         raise VerifyError(
             f"{entry_dir.name}: no valid records to verify" + (" (see mpcbench validate)" if problems else "")
@@ -392,7 +392,7 @@ def verify_entry(
         if status == "verified":
             reruns += [_rerun_line(rec, rid, new, entry_dir) for new, rec in ok_reruns]
     reruns_text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in reruns)
-    again, _ = load_entry(entry_dir)
+    again, _ = load_entry(entry_dir, as_recorded=True)
     if (
         _bound_files(entry_dir) != files_before
         or sorted((r["record_id"], r.get("record_sha256")) for r in again) != records_before

@@ -132,7 +132,7 @@ def _maintainers(folder: str) -> dict[str, list[dict[str, Any]]]:
     """The maintainers' latest ok records by setup, of setups they ran at two seeds or more."""
     from leaderboard.submissions import load_entry
 
-    records, _ = load_entry(folder)
+    records, _ = load_entry(folder, as_recorded=True)
     by_setup: dict[str, list[dict[str, Any]]] = {}
     for idx in rows_of(records, ok_only=True).values():
         for i in idx:

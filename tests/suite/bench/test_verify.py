@@ -178,7 +178,7 @@ def _fake_entry(tmp_path, monkeypatch, recs, rerun_of=None):
     """An entry whose records are ``recs``; re-runs return ``rerun_of(record)`` (default: the record)."""
     entry = _entry_dir(tmp_path)
     (entry / "results.jsonl").write_text("{}\n")
-    monkeypatch.setattr("leaderboard.submissions.load_entry", lambda d: (copy.deepcopy(recs), []))
+    monkeypatch.setattr("leaderboard.submissions.load_entry", lambda d, **kw: (copy.deepcopy(recs), []))
     monkeypatch.setattr(report, "CodeTrees", _NoTrees)
     monkeypatch.setattr(
         report, "containment", lambda *a, **k: sandbox.Containment((), ("test",), ("test: no sandbox",))
@@ -265,7 +265,7 @@ def test_a_forged_seed_the_largest_task_spread_passed_fails_against_the_verifier
     monkeypatch.setattr(tolerances, "MAINTAINERS_DIR", maint)
     monkeypatch.setattr(tolerances, "_maintainers", real)
     monkeypatch.setattr(
-        "leaderboard.submissions.load_entry", lambda d: (copy.deepcopy(wild if Path(d) == maint else recs), [])
+        "leaderboard.submissions.load_entry", lambda d, **kw: (copy.deepcopy(wild if Path(d) == maint else recs), [])
     )
     ran = []
 
@@ -284,6 +284,33 @@ def test_a_forged_seed_the_largest_task_spread_passed_fails_against_the_verifier
     other = next(c for c in out["cells"] if c["record_id"] == recs[1]["record_id"])
     assert other["status"] == ("mismatch" if want == "failed" else "within spread")
     assert "verifier's own seeds" in other["reference"]
+
+
+def test_the_verifier_samples_the_records_as_recorded_not_as_a_verification_shows_them(tmp_path, monkeypatch):
+    """Before: the verifier loaded the board's records, where a verified row takes the verifier's machine:
+    a row recorded on another machine class changed its key (Xeon -> this machine's) once verified, so
+    the next verification drew other rows and ``verify --check`` could not reproduce a committed report."""
+    import json as _json
+
+    from leaderboard.submissions import load_entry
+    from suite.results.entries import row_keys
+
+    baselines = REPO / "records" / "mpcbench-baselines"
+    stored = [_json.loads(line) for f in sorted(baselines.glob("*.jsonl")) for line in f.read_text().splitlines()]
+    machines = {r["record_id"]: r["provenance"].get("machine") for r in stored}
+    raw, _ = load_entry(baselines, as_recorded=True)
+    assert all(r["provenance"].get("machine") == machines[r["record_id"]] for r in raw)
+    assert not any("verification" in r for r in raw) and len(row_keys(raw)) == len(raw)
+    seen = {}
+
+    def spy(d, **kw):
+        seen.update(kw)
+        return [], []
+
+    monkeypatch.setattr("leaderboard.submissions.load_entry", spy)
+    with pytest.raises(VerifyError, match="no valid records"):
+        report.verify_entry(_entry_dir(tmp_path), base="HEAD", seed=1, write=False)
+    assert seen.get("as_recorded") is True
 
 
 def test_the_sample_is_one_cell_of_every_board_row_drawn_from_the_seed():
