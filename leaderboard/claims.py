@@ -49,7 +49,7 @@ import pandas as pd
 import yaml
 
 from leaderboard.frame import BASELINE, MAINTAINERS
-from leaderboard.statistics import paired_p, t_ppf, welch_p
+from leaderboard.statistics import paired_p, t_ppf, tier_seeds, welch_p
 from suite.results.task_catalog import describe as describe_task
 
 __all__ = [
@@ -151,6 +151,9 @@ class TierState:
     narrow: bool = False
     timing: bool = False  # a claim about seconds per step: plateau and floor do not apply
     seeds: int = 0  # the fewer seeds of the two sides (plateau and floor need 2 or more)
+    # the tier's designed seed count (matrix.yaml): a verdict from fewer is interim, since adding
+    # seeds until p < 0.05 would be optional stopping, so the line says how many of them ran
+    designed_seeds: int = 0
 
     def text(self) -> str:
         """One line: plateaued or not, floor or not, same machine class or not."""
@@ -188,7 +191,12 @@ class TierState:
         else:
             machine = "different machine classes (Welch, no pairing)"
         narrow = "; narrow CPU model (the tier's budget)" if self.narrow else ""
-        return "; ".join(x for x in (plateau, floor, machine) if x) + narrow
+        interim = (
+            f"; {self.seeds} of {self.designed_seeds} designed seeds (interim: may change with the rest)"
+            if 0 < self.seeds < self.designed_seeds
+            else ""
+        )
+        return "; ".join(x for x in (plateau, floor, machine) if x) + narrow + interim
 
 
 @dataclass(frozen=True)
@@ -405,6 +413,7 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
         narrow=c.tier in NARROW_TIERS,
         timing=timing,
         seeds=min(len(a), len(b)),
+        designed_seeds=tier_seeds(c.tier),
     )
     if len(a) < 2 or len(b) < 2:
         if not len(arm) or not len(ref):

@@ -218,3 +218,14 @@ def test_a_setup_keeps_one_compressor_name_apart_and_a_time_column_is_lower_bett
     v = judge(_claim(column="compress_s", expect="worse"), slow)
     assert v.metric == "compress_s" and v.effect < 0 and v.verdict == "reproduced"
     assert "timing claim" in v.state.text()
+
+
+def test_a_verdict_from_fewer_than_the_tiers_designed_seeds_says_so(lb):
+    # the plateau tier is designed for 5 seeds (matrix.yaml): 3 of them give an interim verdict, and the
+    # line says so, since running seeds until p < 0.05 and stopping there would be optional stopping
+    frame = _frame(lb, {"none": [0.50, 0.52, 0.51], "fp16": [0.40, 0.43, 0.41]}).assign(tier="plateau")
+    v = judge(_claim(tier="plateau"), frame)
+    assert v.state.designed_seeds == 5 and "3 of 5 designed seeds (interim" in v.state.text()
+    five = _frame(lb, {"none": [0.50, 0.52, 0.51, 0.50, 0.52], "fp16": [0.40, 0.43, 0.41, 0.40, 0.42]})
+    full = judge(_claim(tier="plateau"), five.assign(tier="plateau"))
+    assert full.state.seeds == 5 and "designed seeds" not in full.state.text()
