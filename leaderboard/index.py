@@ -55,6 +55,7 @@ import pyarrow.parquet as pq
 from leaderboard import submissions
 from leaderboard.frame import canonical_inputs, to_frame
 from leaderboard.submissions import Problem
+from suite import settings
 from suite.results.record_json import load_record
 from suite.results.records import RecordError
 
@@ -176,12 +177,9 @@ def _load_source(kind: str, path: str, sig: list[Any]) -> tuple[pd.DataFrame, li
 def _workers(todo: list[tuple[str, str, list[Any]]]) -> int:
     """Processes to load ``todo`` with: ``MPCBENCH_INDEX_WORKERS`` if set, else one per usable CPU
     (at most one per source and :data:`MAX_WORKERS`) once its files pass :data:`PARALLEL_MIN_BYTES`."""
-    env = os.environ.get("MPCBENCH_INDEX_WORKERS", "").strip()
-    if env:
-        try:
-            return max(1, min(int(env), len(todo), MAX_WORKERS))
-        except ValueError:
-            raise ValueError(f"MPCBENCH_INDEX_WORKERS must be a number of processes, got {env!r}") from None
+    asked = settings.index_workers()
+    if asked is not None:
+        return max(1, min(asked, len(todo), MAX_WORKERS))
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux

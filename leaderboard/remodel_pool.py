@@ -19,6 +19,8 @@ import sys
 import time
 from typing import Any
 
+from suite import settings
+
 __all__ = ["remodel_in_workers", "MIN_REQUESTS"]
 
 MIN_REQUESTS = 8  # fewer re-models than this run in the caller's process (a worker costs ~0.1 s to start)
@@ -69,9 +71,12 @@ def remodel_in_workers(requests: list[Request], seconds_left: float) -> dict[Req
     """What the workers re-modeled of ``requests`` within ``seconds_left`` CPU seconds in all ({} when
     there are too few to pay for workers, one CPU, or ``MPCBENCH_INDEX_WORKERS=1``)."""
     workers = min(_cpus(), len(requests) // MIN_REQUESTS or 1)
-    env = os.environ.get("MPCBENCH_INDEX_WORKERS", "").strip()
-    if env.isdigit():
-        workers = min(workers, int(env))
+    try:
+        asked = settings.index_workers()
+    except ValueError:  # the index build names a bad value; re-modeling just stays in this process
+        asked = 1
+    if asked is not None:
+        workers = min(workers, asked)
     if workers < 2 or seconds_left <= 0:
         return {}
     shares = [requests[i::workers] for i in range(workers)]  # interleaved: similar records spread out

@@ -162,6 +162,18 @@ def enabled(name: str) -> bool:
     return get(name).strip().lower() not in _FALSE
 
 
+def index_workers() -> int | None:
+    """``MPCBENCH_INDEX_WORKERS``: the processes the leaderboard index may use (at least 1), or None
+    when unset (one per usable CPU); ValueError naming the value when it is not a number."""
+    value = get("MPCBENCH_INDEX_WORKERS").strip()
+    if not value:
+        return None
+    try:
+        return max(1, int(value))
+    except ValueError:
+        raise ValueError(f"MPCBENCH_INDEX_WORKERS must be a number of processes, got {value!r}") from None
+
+
 def signing_key() -> str:
     """``MPCBENCH_SIGNING_KEY``: the key line (read from the file it names, if it names one), or ""."""
     value = get("MPCBENCH_SIGNING_KEY").strip()

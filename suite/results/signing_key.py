@@ -1,8 +1,8 @@
 """An entry's identity: the ssh-ed25519 public key its ``entry.yaml`` may name (``key:``).
 
 Torch-free and git-free: the loader (``leaderboard.submissions``) checks the field with it, ``mpcbench
-run --signing-key`` stamps its fingerprint into each record's provenance, and the verifier
-(``suite.bench.verify.identity``) builds git's allowed-signers file from it. What binding an entry
+run`` stamps its fingerprint into each record's provenance when ``MPCBENCH_SIGNING_KEY`` names it,
+and the verifier (``suite.bench.verify.identity``) builds git's allowed-signers file from it. What binding an entry
 to a key prevents, and what not: docs/reliability.md, "Identity".
 """
 
