@@ -305,8 +305,11 @@ def to_frame(
     - run / provenance: ``spec_forward, spec_backward, spec_dp, n_stages, dp, microbatches,
       schedule, steps, mode, device, git_commit, git_dirty, mpcbench_version, plugin_hash,
       torch, cuda, gpu, cpu``.
-    - machine and ownership: ``machine`` (:func:`machine_label`), ``load_1m, load_15m``
-      (load average when the record was written; NaN if unknown), ``cpu_count``,
+    - machine and ownership: ``machine`` (:func:`machine_label` of the record's own provenance: the
+      machine class it was made on, part of the row key), ``verified_on`` (a verified record's
+      re-run machine class, ``""`` otherwise), ``load_1m, load_15m`` (load average when the shown
+      times were measured: the record's, or a verified record's re-run's; NaN if unknown),
+      ``cpu_count`` (of the machine that measured the shown times),
       ``code_version`` (git commit, 12 digits, ``+dirty`` when the checkout was modified),
       ``maintainers`` (True for the maintainers' baseline entry, :data:`MAINTAINERS`),
       ``compressor_label`` (the compressor with its parameters where the record spells them
@@ -329,6 +332,7 @@ def to_frame(
     # the row and the latest-record rule are the entry model's (suite.results.entries), as the verifier's
     keys = row_keys(records)
     frame["setup"] = [k.setup for k in keys]
+    frame["machine"] = [k.machine for k in keys]
     frame["latest"] = latest_flags(records, keys)
     # every profile seen anywhere gets a column (NaN where a record lacks it)
     for p in network_profiles(frame):
@@ -474,7 +478,10 @@ def _flatten(
         row[k] = _num(run.get(k))
     for k in ("schedule", "mode", "device"):
         row[k] = _str(run.get(k))
-    hashes = _dict(prov.get("plugin_hashes"))
+    # a verified record's times are its re-run's: the machine, load and plugin hash next to them too
+    # (leaderboard.submissions.row_verification); ``prov`` keeps the recorded machine class, the row's key
+    shown = {**prov, **_dict(r.get("rerun_provenance"))} if "rerun_provenance" in r else prov
+    hashes = _dict(shown.get("plugin_hashes"))
     row.update(
         git_commit=_str(prov.get("git_commit")),
         git_dirty=prov.get("git_dirty") if isinstance(prov.get("git_dirty"), bool) else None,
@@ -485,16 +492,18 @@ def _flatten(
         gpu=_str(machine.get("gpu")),
         cpu=_str(machine.get("cpu")),
     )
-    load_1m, load_15m = _load(prov)
+    load_1m, load_15m = _load(shown)
     timing = r.get("timing_inputs")
     git = _str(prov.get("git_commit"))[:12]
+    timed_on = _dict(shown.get("machine"))
     row.update(
-        machine=machine_label(prov),
+        machine="",  # the row key's machine class (to_frame): the one the record was made on
+        verified_on=machine_label(shown) if "rerun_provenance" in r else "",
         load_1m=load_1m,
         load_15m=load_15m,
-        cpu_count=_num(machine.get("cpu_affinity"))
-        if _pos_int(machine.get("cpu_affinity"))
-        else _num(machine.get("cpu_count")),
+        cpu_count=_num(timed_on.get("cpu_affinity"))
+        if _pos_int(timed_on.get("cpu_affinity"))
+        else _num(timed_on.get("cpu_count")),
         code_version=(git + ("+dirty" if prov.get("git_dirty") is True else "")) if git else "",
         # the loader's ownership mark (leaderboard.submissions: is_maintainer); records built by hand: the name
         maintainers=r["is_maintainer"] is True if "is_maintainer" in r else row["entry"] == MAINTAINERS,

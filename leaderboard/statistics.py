@@ -35,6 +35,7 @@ from suite.results.tier_spread import load_spread
 __all__ = [
     "GROUP",
     "N_TOO_SMALL",
+    "OTHER_MACHINE",
     "NOT_RESOLVED",
     "SeedSpread",
     "MEASURED_SPREAD",
@@ -52,6 +53,7 @@ __all__ = [
 
 ALPHA_MARKERS = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
 N_TOO_SMALL = "n too small"
+OTHER_MACHINE = "times on other machines"  # a time delta between two machine classes: shown, never tested
 NOT_RESOLVED = "not resolved"
 # one leaderboard row: a compressor of one entry under one run setup on one machine class
 GROUP = list(ROW_FIELDS)  # the entry model's row key (suite.results.entries), the verifier's unit too
@@ -260,7 +262,8 @@ class TimeTest:
     ``test``: ``"paired by seed"`` (both rows reached the target on the same seeds),
     ``"Welch"`` (different seeds: unpaired, unequal variances), ``"n too small"`` (fewer than
     2 seeds reached it on a side) or ``"not reached"`` (a side never reached it: no time to
-    compare). ``resolved``: p < alpha; None when there is no test."""
+    compare); against a baseline, :data:`OTHER_MACHINE` (the two rows' times were measured on
+    different machine classes: no test). ``resolved``: p < alpha; None when there is no test."""
 
     delta: float
     p: float
@@ -315,6 +318,14 @@ def tier_seeds(tier: str) -> int:
 
 
 # --------------------------------------------------------------------------- aggregation
+def _timing_machines(agg: pd.DataFrame) -> list[str]:
+    """Per aggregated row, the machine class its shown times were measured on: a verified row's
+    re-run machine (``verified_on``), else its own ``machine`` (the row key's)."""
+    machine = agg["machine"] if "machine" in agg else pd.Series("", index=agg.index)
+    verified_on = agg["verified_on"] if "verified_on" in agg else pd.Series("", index=agg.index)
+    return [str(v) if isinstance(v, str) and v else str(m) for v, m in zip(verified_on, machine)]
+
+
 def _first_nonempty(frame: pd.DataFrame, gid: pd.Series, col: str) -> pd.Series:
     """First non-empty string of ``col`` per group id ("" when none)."""
     return frame[col].replace("", np.nan).groupby(gid, sort=True).first().fillna("")
@@ -350,7 +361,8 @@ def aggregate(frame: pd.DataFrame, *, spread: Mapping[tuple[str, str], SeedSprea
     - ``n_warnings``: warning lines over the seeds' records (all statuses), ``warned_seeds``:
       how many seeds have at least one.
     - ``submitter``, ``entry_name``, ``plugin_hash``, ``spec_<dir>``, ``compressor_label``,
-      ``cpu_count``, ``eval_samples``, ``maintainers`` (first non-empty).
+      ``cpu_count``, ``eval_samples``, ``maintainers`` (first non-empty); ``verified_on``: the
+      machine class a verified row's shown times were re-run on (``""``: the row's own ``machine``).
     """
     profiles = network_profiles(frame)
     if frame.empty:
@@ -388,6 +400,7 @@ def aggregate(frame: pd.DataFrame, *, spread: Mapping[tuple[str, str], SeedSprea
     out["entry_name"] = by(frame["entry_name"]).first()
     out["verification"] = by(frame["verification"]).first() if "verification" in frame else ""
     out["verified_cells"] = by(frame["verified_cells"]).first() if "verified_cells" in frame else ""
+    out["verified_on"] = _first_nonempty(frame, keys, "verified_on") if "verified_on" in frame else ""
     out["plugin_hash"] = _first_nonempty(frame, keys, "plugin_hash")
     for d in DIRECTIONS:
         out[f"spec_{d}"] = _first_nonempty(frame, keys, f"spec_{d}")
@@ -542,14 +555,20 @@ def _add_deltas(agg: pd.DataFrame, spread: Mapping[tuple[str, str], SeedSpread])
 def _add_time_tests(agg: pd.DataFrame, profiles: list[str]) -> None:
     """Per profile, each row's time-to-target against its baseline row's (the row its quality
     delta uses): ``time_delta@p`` (mean minus the baseline's, over the seeds that reached the
-    target), ``time_p@p``, ``time_test@p`` (:class:`TimeTest`'s words) and ``time_resolved@p``."""
+    target), ``time_p@p``, ``time_test@p`` (:class:`TimeTest`'s words) and ``time_resolved@p``.
+    Times measured on different machine classes (a verified row's are its re-run's, ``verified_on``)
+    are not tested against each other: the delta is shown, the test reads :data:`OTHER_MACHINE`."""
     base = agg["_baseline_row"].tolist()
+    timed_on = _timing_machines(agg)
     for p in profiles:
         times = agg[f"times@{p}"].tolist()
         cols: dict[str, list[Any]] = {k: [] for k in ("delta", "p", "test", "resolved")}
         for i, b in enumerate(base):
             if b < 0 or b == i or not times[i]:
                 t = TimeTest(math.nan, math.nan, "baseline" if b == i else "", None)
+            elif timed_on[i] != timed_on[b]:
+                t = time_test(times[i], times[b])
+                t = TimeTest(t.delta, math.nan, OTHER_MACHINE if t.test != "not reached" else t.test, None)
             else:
                 t = time_test(times[i], times[b])
             cols["delta"].append(t.delta)

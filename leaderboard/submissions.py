@@ -666,7 +666,10 @@ def row_verification(records: list[dict[str, Any]], verification: Verification) 
     A row (:mod:`suite.results.entries`) is **verified** only while the report verified it and its
     latest ``ok`` records are exactly the ones the report compared, with the same contents. Then every
     record of the row takes the re-run's times (its own re-run's where its cell re-ran, else the
-    row's first re-run), and the machine and load the verifier read; never the record's own.
+    row's first re-run), never the record's own, with the machine, load and plugin hash the verifier
+    read as ``rerun_provenance`` (the board's ``verified_on``). Its ``provenance`` stays as recorded:
+    the row's key is the machine class the record was made on, so a row verified on another machine
+    class is neither merged with that class's rows nor lets one seed supersede another there.
     Any other row reads "not verified" (records added or changed since, or never re-run), or "failed"."""
     keys = row_keys(records)
     latest = latest_flags(records, keys)
@@ -701,14 +704,17 @@ def row_verification(records: list[dict[str, Any]], verification: Verification) 
                     r.pop(f, None) if f != "timing_inputs" else None
                 # the re-run's seconds at the record's own (compared) target step
                 _take_rerun_times(r, {f: rerun[f] for f in RERUN_FIELDS if f in rerun})
-                prov = dict(r.get("provenance") or {})
+                # the machine, load and plugin hash of the times shown: the re-run's, apart from the record's
+                # own provenance, which keeps the machine class the record was made on (the row's key)
                 seen = rerun.get("verifier") or {}
-                prov["machine"] = dict(seen.get("machine") or {})
+                machine = dict(seen.get("machine") or {})
                 load = seen.get("load_per_core") or []
-                cores = prov["machine"].get("cpu_affinity") or prov["machine"].get("cpu_count") or 1
-                prov["load"] = {"load_avg": [max(load) * cores] * 3} if load else {}
-                prov["plugin_hashes"] = {"plugin": rerun.get("plugin_hash")} if rerun.get("plugin_hash") else {}
-                r["provenance"] = prov
+                cores = machine.get("cpu_affinity") or machine.get("cpu_count") or 1
+                r["rerun_provenance"] = {
+                    "machine": machine,
+                    "load": {"load_avg": [max(load) * cores] * 3} if load else {},
+                    "plugin_hashes": {"plugin": rerun.get("plugin_hash")} if rerun.get("plugin_hash") else {},
+                }
                 r["times_from"] = "verification re-run" + (" (under load)" if seen.get("contended") else "")
 
 
@@ -727,10 +733,9 @@ def load_entry(
 ) -> tuple[list[dict[str, Any]], list[Problem]]:
     """Records of one submission folder ``records/<entry>/`` (what ``mpcbench validate`` checks).
 
-    ``as_recorded``: the records as stored, without a verification's verdicts and re-run times and
-    machine (:func:`row_verification`): what the verifier samples and compares. A verified row takes
-    the verifier's machine, so sampling the board's records would move that row's key from one
-    verification to the next (a row recorded on another machine class became this machine's row).
+    ``as_recorded``: the records as stored, without a verification's verdicts, re-run times and
+    re-run machine (:func:`row_verification`): what the verifier compares. (Both read the same row
+    keys: a verification never changes a record's provenance.)
 
     The entry is skipped as a whole (one problem) when ``entry.yaml`` is missing or invalid
     or the plugin does not match its hash; otherwise each ``*.jsonl`` file is loaded and

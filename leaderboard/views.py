@@ -30,6 +30,7 @@ __all__ = [
     "entry_card",
     "display_table",
     "machine_note",
+    "measured_on",
     "row_label",
     "short_name",
     "compact_marks",
@@ -156,7 +157,9 @@ def entry_detail(
         "specs": {d: last[f"spec_{d}"] for d in DIRECTIONS if d in PIPELINE_DIRECTIONS or last[f"spec_{d}"]},
         "plugin_hash": last["plugin_hash"],
         "machine": last.get("machine", ""),
+        "verified_on": last.get("verified_on", "") or "",
         "load_1m": None if math.isnan(_num(last.get("load_1m"))) else float(last["load_1m"]),
+        "cpu_count": None if math.isnan(_num(last.get("cpu_count"))) else float(last["cpu_count"]),
         "provenance": last.get("provenance", {}),
         "config": last.get("config", {}),
         "seeds": seeds,
@@ -209,6 +212,17 @@ def machine_note(machine: str, load_1m: float, cpu_count: float) -> str:
     cores = _num(cpu_count)
     busy = f" ({load / cores:.0%} of {int(cores)} cores)" if cores and not math.isnan(cores) else ""
     return f"{text}; load {load:.2g}{busy}"
+
+
+def measured_on(r: dict[str, Any]) -> str:
+    """Where a row's shown times were measured, with the load (:func:`machine_note`): a verified row's
+    re-run machine (``verified_on``), named as such when it is not the class the row was recorded
+    on (the row's ``machine``, its key); else the row's own machine."""
+    machine, rerun = str(r.get("machine") or ""), str(r.get("verified_on") or "")
+    note = machine_note(rerun or machine, r.get("load_1m", math.nan), r.get("cpu_count", math.nan))
+    if rerun and rerun != machine:
+        note += f" (verification re-run; recorded on {machine or 'machine ?'})"
+    return note
 
 
 def time_to_quality_frame(
@@ -309,10 +323,13 @@ def entry_card(detail: dict[str, Any]) -> list[tuple[str, str]]:
         ("setup", str(detail.get("setup") or "-")),
         (
             "machine and load",
-            machine_note(
-                detail.get("machine") or "",
-                detail.get("load_1m") or math.nan,
-                (prov.get("machine") or {}).get("cpu_affinity") or math.nan,
+            measured_on(
+                {
+                    "machine": detail.get("machine") or "",
+                    "verified_on": detail.get("verified_on") or "",
+                    "load_1m": detail.get("load_1m") or math.nan,
+                    "cpu_count": detail.get("cpu_count") or (prov.get("machine") or {}).get("cpu_affinity") or math.nan,
+                }
             ),
         ),
         ("code version", f"{commit}, mpcbench {prov.get('mpcbench_version') or '?'}"),
@@ -460,9 +477,7 @@ def display_table(
         row[f"bytes/step {direction}"] = _fmt_bytes(r.get(f"bytes_per_step_{direction}", math.nan))
         row["step time"] = _fmt(r.get("step_s", math.nan), ".3g", " s")
         row["train time"] = _fmt(r.get("total_train_s", math.nan), ".3g", " s")
-        row["measured on (load)"] = machine_note(
-            r.get("machine", ""), r.get("load_1m", math.nan), r.get("cpu_count", math.nan)
-        )
+        row["measured on (load)"] = measured_on(r)
         if network and f"time_to_target_s@{network}" in r:
             row.update(_time_cells(r, network))
         if r.get("n_failed"):

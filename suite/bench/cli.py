@@ -197,9 +197,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         prestart(tuple(args.task or ()), pinned)
     from .matrix import MatrixError, missing_device, plan_cells
     from .plugins import refuse_unimportable
+    from .provenance import check_signing_key
     from .runner import cell_state, run_cells
     from .store import ResultsStore
 
+    check_signing_key()  # a bad MPCBENCH_SIGNING_KEY: one line now, not a failure per cell
     selection = _selection(args)
     refuse_unimportable(selection.plugins)  # exit 2 before anything trains
     cells = plan_cells(selection)

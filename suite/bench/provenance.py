@@ -22,6 +22,8 @@ from suite.pipeline.config import CellConfig
 
 __all__ = [
     "provenance",
+    "check_signing_key",
+    "signing_key_info",
     "consistency_check_on",
     "git_info",
     "machine_info",
@@ -190,6 +192,22 @@ def signing_key_info() -> dict[str, str]:
         return {"signing_key": fingerprint(key)}
     except ValueError as e:
         raise ValueError(f"MPCBENCH_SIGNING_KEY {e}") from None
+
+
+def check_signing_key() -> None:
+    """Once, before a run's first cell (``mpcbench run`` / ``links`` / ``submit``, ``pytest suite``):
+    an ``MPCBENCH_SIGNING_KEY`` that names no readable ssh-ed25519 public key stops everything with
+    one line (:class:`suite.pipeline.errors.ConfigError`), instead of failing every cell one by one
+    when its record is stamped (:func:`signing_key_info`)."""
+    from suite.pipeline.errors import ConfigError
+
+    try:
+        signing_key_info()
+    except ValueError as e:
+        raise ConfigError(
+            f"{' '.join(str(e).split())}; set MPCBENCH_SIGNING_KEY to the public key your entry.yaml names "
+            "(its 'ssh-ed25519 AAAA...' line or its .pub file) or unset it (nothing was run)"
+        ) from None
 
 
 def resources() -> dict[str, Any]:

@@ -73,14 +73,18 @@ _PLAN_KEY = pytest.StashKey[list]()
 
 def _planned(config: pytest.Config) -> list:
     if _PLAN_KEY not in config.stash:
-        from .matrix import MatrixError, plan_cells
+        from suite.pipeline.errors import ConfigError
+
+        from .matrix import plan_cells
         from .plugins import refuse_unimportable
+        from .provenance import check_signing_key
 
         try:
+            check_signing_key()  # a bad MPCBENCH_SIGNING_KEY: one line, not a failure per cell
             selection = selection_from_pytest(config)
             refuse_unimportable(selection.plugins)  # one line, before any cell trains
             config.stash[_PLAN_KEY] = plan_cells(selection)
-        except MatrixError as e:
+        except ConfigError as e:  # MatrixError is one
             problem = str(e)
         else:
             return config.stash[_PLAN_KEY]

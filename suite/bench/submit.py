@@ -201,6 +201,9 @@ def submit(
                 "run `mpcbench submit` there"
             )
         if need.to_run:
+            from .provenance import check_signing_key
+
+            check_signing_key()  # a bad MPCBENCH_SIGNING_KEY: one line before the cells, not a failure each
             cells = [PlannedCell(c, test_id=c.cell_id) for c in need.to_run]
             if missing := next((m for c in cells if (m := missing_device(c))), None):
                 say(f"mpcbench submit: {missing}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -138,7 +139,14 @@ def test_a_verified_row_shows_the_reruns_times_machine_and_load_even_contended(t
     [r], _ = load_entries(tmp_path)
     assert r["verification"] == "verified" and r["time"]["step_s"] == 9.5 and r["wall_s"] == 77.0
     assert r["times_from"] == "verification re-run (under load)"
-    assert r["provenance"]["machine"] == VERIFIER and r["provenance"]["load"]["load_avg"][0] == 0.6 * 2
+    shown = r["rerun_provenance"]
+    assert shown["machine"] == VERIFIER and shown["load"]["load_avg"][0] == 0.6 * 2
+    assert r["provenance"] == rec["provenance"]  # the record's own: its machine class is the row's key
+    from leaderboard.frame import to_frame
+
+    [row] = to_frame([r]).to_dict("records")
+    assert (row["machine"], row["verified_on"]) == ("test-cpu, 2 cores", "Verifier CPU, 2 cores")
+    assert row["load_1m"] == 0.6 * 2 and row["cpu_count"] == 2
     (d / submissions.RERUNS_FILE).write_text((d / submissions.RERUNS_FILE).read_text().replace("9.5", "0.001"))
     [r], _ = load_entries(tmp_path)  # edited re-run times: nothing holds
     assert r["verification"] == "not verified" and r["time"]["step_s"] == 0.0001 and "times_from" not in r
@@ -155,6 +163,68 @@ def test_the_mark_says_which_cells_were_rerun(tmp_path, lb):
     agg = aggregate(to_frame(records))
     table = display_table(agg.assign(rank=1))
     assert list(table["verified"]) == ["✓ verified (seed 0 re-run, 3 compared)"]
+
+
+ON_B = {"cpu": "Verifier CPU", "cpu_count": 2, "torch": "2.14.1"}  # the verifier's machine class, recorded
+
+
+def test_a_row_verified_on_another_machine_class_keeps_the_class_it_was_recorded_on(tmp_path, lb):
+    """Before: a verified record took the re-run's machine as its row key, so a row recorded on class A and
+    verified on class B merged with B's row of the same setup, and one seed superseded the other there."""
+    from leaderboard.frame import to_frame
+    from leaderboard.statistics import aggregate
+    from leaderboard.views import display_table
+
+    on_a = lb.make_record("cifar10", "fp16", 0)  # machine class "test-cpu, 2 cores"
+    d = lb.write_entry(tmp_path, "e", [on_a])
+    _report(d)  # its row is re-run on class B (VERIFIER)
+    # the same setup and seed recorded on class B, later, asked for as `stages: 3` (the resolved setup is
+    # the same, the cell key is not: only the row-and-seed rule can supersede it)
+    on_b = lb.make_record("cifar10", "fp16", 0, created="2026-02-01T12:00:00+00:00", record_id="b" * 32)
+    on_b["provenance"] = {**on_b["provenance"], "machine": ON_B}
+    on_b["config"] = {**on_b["config"], "stages": None}
+    on_b["cell_key"] = "f" * 16
+    lb.write_jsonl(d / "on-b.jsonl", [on_b])
+    records, _ = load_entries(tmp_path)
+    frame = to_frame(records)
+    assert frame["latest"].all() and len(frame) == 2  # neither seed supersedes the other
+    agg = aggregate(frame)
+    by_machine = {r["machine"]: r for r in agg.to_dict("records")}
+    assert set(by_machine) == {"test-cpu, 2 cores", "Verifier CPU, 2 cores"}
+    assert [r["n"] for r in by_machine.values()] == [1, 1]
+    verified, other = by_machine["test-cpu, 2 cores"], by_machine["Verifier CPU, 2 cores"]
+    assert (verified["verification"], verified["verified_on"]) == ("verified", "Verifier CPU, 2 cores")
+    assert (other["verification"], other["verified_on"]) == ("not verified", "")
+    table = display_table(agg.assign(rank=1)).set_index("machine")
+    assert table.loc["test-cpu, 2 cores", "verified"].startswith("✓ verified")
+    assert table.loc["test-cpu, 2 cores", "measured on (load)"] == (
+        "Verifier CPU, 2 cores; load 1.2 (60% of 2 cores) (verification re-run; recorded on test-cpu, 2 cores)"
+    )
+    assert table.loc["Verifier CPU, 2 cores", "measured on (load)"].startswith("Verifier CPU, 2 cores; load 1.5")
+    # the verifier draws the same two rows from the records as recorded
+    raw, _ = load_entry(d, as_recorded=True)
+    assert sorted(k.machine for k in rows_of(raw)) == sorted(by_machine)
+    assert {row_id(k) for k in rows_of(raw) if k.machine == "test-cpu, 2 cores"} == {
+        r["row_id"] for r in json.loads((d / submissions.VERIFICATION_FILE).read_text())["rows"]
+    }
+
+
+def test_times_measured_on_two_machine_classes_are_not_tested_against_each_other(tmp_path, lb):
+    """A verified row's times are its re-run's: against a baseline whose times were measured on another
+    machine class the page shows the difference and no test (before: a p-value across two machines)."""
+    from leaderboard.frame import to_frame
+    from leaderboard.statistics import OTHER_MACHINE, aggregate
+
+    d = lb.write_entry(tmp_path, "e", [lb.make_record("cifar10", "fp16", s) for s in (0, 1, 2)])
+    _report(d)  # fp16 re-run on class B; its own baseline (recorded on class A) is not verified
+    lb.write_jsonl(d / "none.jsonl", [lb.make_record("cifar10", "none", s) for s in (0, 1, 2)])
+    records, _ = load_entries(tmp_path)
+    agg = aggregate(to_frame(records)).set_index("compressor")
+    assert agg.loc["fp16", "machine"] == agg.loc["none", "machine"] == "test-cpu, 2 cores"
+    assert agg.loc["fp16", "baseline_entry"] == "e" and agg.loc["fp16", "verified_on"] == "Verifier CPU, 2 cores"
+    assert agg.loc["fp16", "time_test@1Gbps"] == OTHER_MACHINE and math.isnan(agg.loc["fp16", "time_p@1Gbps"])
+    assert math.isfinite(agg.loc["fp16", "time_delta@1Gbps"])
+    assert agg.loc["fp16", "significance"] != "no baseline"  # quality: both recorded on class A, compared
 
 
 # --------------------------------------------------------------------------- ownership from the base branch

@@ -66,7 +66,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     p.add_argument(
         "--resume", metavar="DIR", default=None,
-        help="keep each finished re-run in DIR (a private folder); run again with the same --seed to re-run only the cells not yet run",
+        help="keep each finished re-run in DIR (a private folder); run again with the same --seed to re-run only the "
+        "cells not yet run; with --check, the committed verification is checked against the re-runs kept there",
     )  # fmt: skip
     p.add_argument(
         "--check", action="store_true",
@@ -110,7 +111,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     worst = 0
     for entry in args.entry:
         if args.check:
-            diffs = check_verification(entry, progress=say, **kw)
+            # --resume: compare the re-runs a verification kept there (same seed and records) instead of
+            # running them again; the cells not kept are re-run (and kept)
+            diffs = check_verification(entry, progress=say, resume=args.resume, **kw)
             for d in diffs:
                 print(plain(d))
             print(plain(f"{entry}: verification.json {'differs from' if diffs else 'equals'} a re-run of the check"))

@@ -438,7 +438,9 @@ def reproducible_part(report: dict[str, Any]) -> dict[str, Any]:
 
 def check_verification(entry_dir: str | Path, **kw: Any) -> list[str]:
     """Re-run the committed ``verification.json`` of an entry with its own seed; the differences
-    (empty: it is what the maintainers' check gives). The CI check on the base branch."""
+    (empty: it is what the maintainers' check gives). The CI check on the base branch. ``resume``
+    (in ``kw``, :func:`verify_entry`): re-runs kept in that private folder are compared instead of
+    being run again (``verify --check --resume DIR``: a kept verification checked without re-running)."""
     from leaderboard.submissions import VERIFICATION_FILE
 
     path = Path(entry_dir) / VERIFICATION_FILE

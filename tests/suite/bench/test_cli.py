@@ -290,6 +290,25 @@ def test_run_defaults_to_a_cell_per_core_as_memory_allows(capsys, monkeypatch, t
     assert seen[1].slots == 1
 
 
+@pytest.mark.parametrize("key", ["ssh-ed25519 AAAA", "ssh-rsa AAAAB3Nza", "/nonexistent/id_ed25519.pub"])
+def test_a_bad_signing_key_stops_the_run_once_before_any_cell(capsys, monkeypatch, tmp_path, key):
+    """Before: each cell raised on MPCBENCH_SIGNING_KEY when its record was stamped, after it trained."""
+    from suite.bench import forkserver, runner
+
+    monkeypatch.setattr(forkserver, "prestart", lambda *a: None)
+    ran = []
+    monkeypatch.setattr(runner, "run_cells", lambda cells, *a, **kw: ran.append(cells) or [])
+    monkeypatch.setenv("MPCBENCH_SIGNING_KEY", key)
+    store = tmp_path / "s.jsonl"
+    rc, _, err = cli(capsys, "run", "--task", "tiny", "--plugin", TINY, "--results", str(store), "-j", "1")
+    (line,) = err.strip().splitlines()
+    assert rc == 2 and not ran and not store.exists()
+    assert line.startswith("mpcbench: error: MPCBENCH_SIGNING_KEY") and "or unset it (nothing was run)" in line
+    monkeypatch.delenv("MPCBENCH_SIGNING_KEY")  # no key: the run goes on
+    rc, _, _ = cli(capsys, "run", "--task", "tiny", "--plugin", TINY, "--results", str(store), "-j", "1")
+    assert rc == 0 and len(ran) == 1
+
+
 def test_report_with_no_source_named_reads_the_checkouts_committed_records(tmp_path, monkeypatch, capsys):
     """A fresh clone has no results store: `mpcbench report` reads records/ (here a one-record copy)."""
     import suite.results

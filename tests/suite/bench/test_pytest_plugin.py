@@ -201,3 +201,16 @@ def test_bad_selection_is_a_one_line_collection_error(pytester):
     assert "Traceback" not in out and "During handling" not in out
     result = pytester.runpytest_inprocess(str(SUITE), *INNER, "--seeds", "a,b")
     assert "mpcbench: --seeds: 'a,b' is not a seed count" in result.stdout.str()
+
+
+def test_a_bad_signing_key_is_one_line_before_any_cell(pytester, monkeypatch):
+    """Before: every collected cell trained and then failed stamping its record with MPCBENCH_SIGNING_KEY."""
+    monkeypatch.setenv("MPCBENCH_SIGNING_KEY", "ssh-ed25519 AAAA")
+    store = pytester.path / "out" / "store.jsonl"
+    result = pytester.runpytest_inprocess(
+        str(SUITE), *INNER, "--task", "tiny", "--plugin", TINY, "--results", str(store)
+    )
+    assert result.ret == pytest.ExitCode.INTERRUPTED and not store.exists()
+    out = result.stdout.str()
+    assert "mpcbench: MPCBENCH_SIGNING_KEY" in out and "or unset it (nothing was run)" in out
+    assert "Traceback" not in out

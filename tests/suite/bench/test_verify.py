@@ -541,6 +541,33 @@ def test_the_check_reproduces_a_committed_verification_and_rejects_an_edited_one
     assert report.check_verification(entry, base="HEAD")
 
 
+def test_check_with_resume_compares_the_kept_reruns_without_running_them(tmp_path, monkeypatch, capsys):
+    """Before: ``verify --check --resume DIR`` ignored DIR and re-ran every cell of the committed report."""
+    from leaderboard.statistics import MEASURED_SPREAD
+    from suite.bench.verify import main as verify_main
+
+    task = next(t for t, tier in MEASURED_SPREAD if tier == "quick")
+    entry = _fake_entry(tmp_path, monkeypatch, _row(task=task))
+    keep = tmp_path / "keep"
+    assert report.verify_entry(entry, base="HEAD", seed=3, resume=keep)["status"] == "verified"
+    assert list(keep.glob("rerun-*.json"))
+
+    def no_rerun(*a, **kw):
+        raise AssertionError("a kept cell was re-run")
+
+    monkeypatch.setattr(report, "run_cell_contained", no_rerun)
+    argv = ["verify", str(entry), "--check", "--here", "--base", "HEAD"]
+    assert verify_main([*argv, "--resume", str(keep)]) == 0
+    assert "verification.json equals a re-run of the check" in capsys.readouterr().out
+    # an edited report still differs from the kept re-runs
+    path = entry / "verification.json"
+    forged = json.loads(path.read_text())
+    forged["rows"][0]["status"] = "failed"
+    path.write_text(json.dumps(forged))
+    assert verify_main([*argv, "--resume", str(keep)]) == 1
+    assert "rows differs from a re-run of the check" in capsys.readouterr().out
+
+
 def test_resume_keeps_reruns_only_in_a_private_folder(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o777)
