@@ -133,8 +133,9 @@ def _skipped(problems) -> None:
             st.text("Nothing was skipped.")
 
 
-def _row_labels(table: pd.DataFrame) -> dict[str, tuple[str, str, str]]:
-    """``entry / compressor`` (``/ setup``, ``/ machine`` where rows differ only by those) -> the row's key."""
+def _row_labels(table: pd.DataFrame) -> dict[str, tuple[str, str, str, str]]:
+    """``entry / compressor`` (``/ setup``, ``/ machine`` where rows differ only by those) -> the row's
+    key (entry, compressor, setup, machine class: :mod:`suite.results.entries`, the verifier's row)."""
     several = table["setup"].nunique() > 1
     machines = "machine" in table and table["machine"].nunique() > 1
     entries = table["entry"].nunique() > 1
@@ -149,7 +150,7 @@ def _row_labels(table: pd.DataFrame) -> dict[str, tuple[str, str, str]]:
             with_machine=machines,
             with_entry=entries,
         )
-        out[label] = (r.entry, r.compressor, r.setup)
+        out[label] = (r.entry, r.compressor, r.setup, getattr(r, "machine", ""))
     return out
 
 
@@ -750,15 +751,16 @@ def _table_marks(ranked: pd.DataFrame, sel: list, network: str | None, ttq: pd.D
     if not network or col not in ranked:
         return pd.DataFrame()
     names = {
-        (e, c, s): lbl
-        for lbl, e, c, s in ttq[["label", "entry", "compressor", "setup"]]
+        (e, c, s, m): lbl
+        for lbl, e, c, s, m in ttq[["label", "entry", "compressor", "setup", "machine"]]
         .drop_duplicates()
         .itertuples(index=False, name=None)
     }
     out = []
     for r in ranked.to_dict("records"):
-        key = (r["entry"], views.short_name(r), r["setup"])
-        if (r["entry"], r["compressor"], r["setup"]) in sel and key in names and r[col] == r[col]:
+        machine = r.get("machine", "")
+        key = (r["entry"], views.short_name(r), r["setup"], machine)
+        if (r["entry"], r["compressor"], r["setup"], machine) in sel and key in names and r[col] == r[col]:
             reached = int(round(r.get(f"reached@{network}", 0.0) * r["n"]))
             out.append(
                 {
@@ -792,9 +794,9 @@ def _detail_section(f: Filters, rows: pd.DataFrame, labels: dict, own: list[str]
     if not pick:
         return
     _write_url({"entry": pick})
-    e, c, s = labels[pick]
-    one = rows[(rows["entry"] == e) & (rows["compressor"] == c) & (rows["setup"] == s)]
-    detail = ranking.entry_detail(load_details(one), f.task, f.tier, e, c, s)
+    e, c, s, m = labels[pick]
+    one = rows[views._selected(rows, [(e, c, s, m)])]
+    detail = ranking.entry_detail(load_details(one), f.task, f.tier, e, c, s, m)
     card = ranking.entry_card(detail)
     st.dataframe(
         pd.DataFrame(card, columns=["", "value"]),

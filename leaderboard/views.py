@@ -39,25 +39,38 @@ __all__ = [
 
 
 def _selected(frame: pd.DataFrame, selection: Iterable[tuple[str, ...]] | None) -> pd.Series:
-    """Rows matching any (entry, compressor) or (entry, compressor, setup) tuple (None: all)."""
+    """Rows matching any (entry, compressor), (entry, compressor, setup) or (entry, compressor, setup,
+    machine) tuple (None: all); the last is a whole row key (:mod:`suite.results.entries`)."""
     if selection is None:
         return pd.Series(True, index=frame.index)
     setup = frame["setup"] if "setup" in frame else pd.Series("", index=frame.index)
+    machine = frame["machine"] if "machine" in frame else pd.Series("", index=frame.index)
     keep = pd.Series(False, index=frame.index)
     for sel in selection:
         m = (frame["entry"] == sel[0]) & (frame["compressor"] == sel[1])
         if len(sel) > 2:
             m &= setup == sel[2]
+        if len(sel) > 3:
+            m &= machine == sel[3]
         keep |= m
     return keep
+
+
+def _machines(sub: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
+    """``sub`` with a ``machine`` column, and whether its rows span several machine classes (then a
+    label names the class: two classes of one setup are two rows, never one line)."""
+    if "machine" not in sub:
+        sub = sub.assign(machine="")
+    return sub, sub["machine"].nunique() > 1
 
 
 def curve_frame(frame: pd.DataFrame, selection: Iterable[tuple[str, ...]] | None = None) -> pd.DataFrame:
     """Long frame of training curves: one row per (record, eval point) with ``entry, compressor,
     setup, seed, label, step, metric, metric_uncompressed, train_loss, wall_s``. ``selection``:
-    (entry, compressor) pairs (any setup) or (entry, compressor, setup) triples to keep (None:
-    all). ``label`` is ``entry / compressor``, plus ``/ setup`` when the kept curves come from
-    more than one setup (so two setups of one compressor are two lines)."""
+    (entry, compressor) pairs (any setup), (entry, compressor, setup) triples or whole row keys
+    (+ machine) to keep (None: all). ``label`` is ``entry / compressor``, plus ``/ setup`` (``/
+    machine``) when the kept curves come from more than one setup (machine class), so two setups
+    of one compressor are two lines."""
     cols = [
         "task",
         "tier",
@@ -78,10 +91,19 @@ def curve_frame(frame: pd.DataFrame, selection: Iterable[tuple[str, ...]] | None
         sub = sub[_selected(sub, selection)]
         if "setup" not in sub:
             sub = sub.assign(setup="")
+        sub, machines = _machines(sub)
         several = sub["setup"].nunique() > 1
         entries = sub["entry"].nunique() > 1
         for r in sub.itertuples(index=False):
-            label = row_label(r.entry, short_name(r), r.setup, with_setup=several, with_entry=entries)
+            label = row_label(
+                r.entry,
+                short_name(r),
+                r.setup,
+                r.machine,
+                with_setup=several,
+                with_machine=machines,
+                with_entry=entries,
+            )
             for p in r.curve:
                 if not isinstance(p, dict):
                     continue
@@ -105,13 +127,20 @@ def curve_frame(frame: pd.DataFrame, selection: Iterable[tuple[str, ...]] | None
 
 
 def entry_detail(
-    frame: pd.DataFrame, task: str, tier: str, entry: str, compressor: str, setup: str | None = None
+    frame: pd.DataFrame,
+    task: str,
+    tier: str,
+    entry: str,
+    compressor: str,
+    setup: str | None = None,
+    machine: str | None = None,
 ) -> dict[str, Any]:
     """Everything about one leaderboard row, JSON-able: entry info, setup, specs, provenance,
     config, the per-seed results, and ``warnings``: ``{"seed", "warning"}`` for every warning
     line of the latest records (the ones the ranking counts), for the detail view. ``setup``
     picks the row of that setup (None: the records of every setup; the top-level ``setup`` is
-    then None when they differ, each seed names its own)."""
+    then None when they differ, each seed names its own); ``machine`` the row of that machine
+    class (the class its records were made on, the row key's)."""
     g = frame[
         (frame["task"] == task)
         & (frame["tier"] == tier)
@@ -122,6 +151,8 @@ def entry_detail(
         g = g.assign(setup="")
     if setup is not None:
         g = g[g["setup"] == setup]
+    if machine is not None and "machine" in g:
+        g = g[g["machine"] == machine]
     if g.empty:
         return {}
     g = g.sort_values("seed")
@@ -237,30 +268,33 @@ def time_to_quality_frame(
     setup): for each curve point, the seconds the run's stored timing inputs take to reach
     that step on ``link`` (:func:`leaderboard.networks.cumulative_times`), averaged over the
     seeds at that step, with the quality (``metric`` or ``metric_uncompressed`` per
-    ``quality``) averaged likewise. Columns: ``label, entry, compressor, setup, step,
+    ``quality``) averaged likewise. Columns: ``label, entry, compressor, setup, machine, step,
     time_s, metric, seeds, source`` (``"modeled"``; a run over an emulated or real link, ``mpcbench
     run --link``, adds its measured curve: the curve points' ``wall_s``, training wall-clock up to
     that step, with ``source = "emulated <link>"`` / ``"measured real network"``). ``per_seed``:
     one line per seed instead (column ``seed`` in place of ``seeds``), for the plot's seed curves."""
-    cols = ["label", "entry", "compressor", "setup", "step", "time_s", "metric", "seeds", "source"]
+    cols = ["label", "entry", "compressor", "setup", "machine", "step", "time_s", "metric", "seeds", "source"]
     if frame.empty:
         return pd.DataFrame(columns=cols)
     sub = frame[(frame["status"] == "ok") & frame["latest"]]
     sub = sub[_selected(sub, selection)]
     if "setup" not in sub:
         sub = sub.assign(setup="")
+    sub, machines = _machines(sub)
     several = sub["setup"].nunique() > 1
     entries = sub["entry"].nunique() > 1
     key = "metric" if quality == "compressed" else "metric_uncompressed"
     points = []
     for r in sub.itertuples(index=False):
         name = short_name(r)
-        label = row_label(r.entry, name, r.setup, with_setup=several, with_entry=entries)
+        label = row_label(
+            r.entry, name, r.setup, r.machine, with_setup=several, with_machine=machines, with_entry=entries
+        )
         curve = [p for p in r.curve if isinstance(p, dict)]
         steps = [_num(p.get("step")) for p in curve]
         times = cumulative_times(getattr(r, "timing_inputs", ""), link, steps)
         for p, k, t in zip(curve, steps, times):
-            points.append((label, r.entry, name, r.setup, k, t, _num(p.get(key)), r.seed, "modeled"))
+            points.append((label, r.entry, name, r.setup, r.machine, k, t, _num(p.get(key)), r.seed, "modeled"))
         ran_over = getattr(r, "link", "") or ""
         if ran_over:  # a run over a real or emulated link: its curve's wall-clock is the measured time
             kind = "measured" if ran_over == "real network" else "emulated"
@@ -271,6 +305,7 @@ def time_to_quality_frame(
                         r.entry,
                         name,
                         r.setup,
+                        r.machine,
                         k,
                         _num(p.get("wall_s")),
                         _num(p.get(key)),
@@ -284,7 +319,7 @@ def time_to_quality_frame(
         return long.sort_values(["label", "source", "seed", "step"], kind="stable").reset_index(drop=True)
     if long.empty:
         return pd.DataFrame(columns=cols)
-    out = long.groupby(["label", "entry", "compressor", "setup", "source", "step"], sort=True).agg(
+    out = long.groupby(["label", "entry", "compressor", "setup", "machine", "source", "step"], sort=True).agg(
         time_s=("time_s", "mean"), metric=("metric", "mean"), seeds=("seed", "nunique")
     )
     return out.reset_index()[cols]

@@ -201,6 +201,18 @@ def test_a_row_verified_on_another_machine_class_keeps_the_class_it_was_recorded
         "Verifier CPU, 2 cores; load 1.2 (60% of 2 cores) (verification re-run; recorded on test-cpu, 2 cores)"
     )
     assert table.loc["Verifier CPU, 2 cores", "measured on (load)"].startswith("Verifier CPU, 2 cores; load 1.5")
+    # the page's detail card and curves take the whole row key too: the two classes are two rows there
+    from leaderboard.networks import Link
+    from leaderboard.views import curve_frame, entry_card, entry_detail, time_to_quality_frame
+
+    setup = str(frame["setup"].iloc[0])
+    detail = entry_detail(frame, "cifar10", "quick", "e", "fp16", setup, "test-cpu, 2 cores")
+    assert [s["record_id"] for s in detail["seeds"]] == [on_a["record_id"]]
+    assert dict(entry_card(detail))["machine and load"].endswith("(verification re-run; recorded on test-cpu, 2 cores)")
+    keys = [("e", "fp16", setup, m) for m in sorted(by_machine)]
+    assert curve_frame(frame, keys)["label"].nunique() == 2
+    assert curve_frame(frame, keys[:1])["seed"].tolist() == [0] * len(on_b["curve"])
+    assert time_to_quality_frame(frame, Link(1e9, 5e-4), keys)["label"].nunique() == 2
     # the verifier draws the same two rows from the records as recorded
     raw, _ = load_entry(d, as_recorded=True)
     assert sorted(k.machine for k in rows_of(raw)) == sorted(by_machine)
