@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -369,15 +370,20 @@ def write_summary(frame: pd.DataFrame, cell_keys: set[str], out: TextIO, network
     out.write(table.to_string(index=False) + "\n")
 
 
-def write_claims(frame: pd.DataFrame, fmt: str, out: TextIO) -> None:
+def write_claims(
+    frame: pd.DataFrame, fmt: str, out: TextIO, *, tasks: Collection[str] = (), tiers: Collection[str] = ()
+) -> None:
     """The seed papers' claims (:mod:`leaderboard.claims`) with their verdicts from ``frame``: per
     claim the verdict, the effect with its interval and test, and the tier's state (plateaued or
-    not, floor or not, same machine class or not)."""
+    not, floor or not, same machine class or not). ``tasks`` / ``tiers``: only the claims made on
+    these (empty: all), so that a frame narrowed to one tier does not list the other tiers' claims
+    as having no records."""
     from leaderboard.claims import claims_table, judge, load_claims
 
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
-    table = claims_table([judge(c, frame) for c in load_claims()])
+    claims = [c for c in load_claims() if (not tasks or c.task in tasks) and (not tiers or c.tier in tiers)]
+    table = claims_table([judge(c, frame) for c in claims])
     if fmt == "csv":
         table.to_csv(out, index=False)
         return

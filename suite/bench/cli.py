@@ -458,7 +458,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.claims:  # the seed papers' claims and their verdicts
         from leaderboard.report import write_claims
 
-        write_claims(frame, args.format, sys.stdout)
+        write_claims(frame, args.format, sys.stdout, tasks=args.task, tiers=args.tier)
         return EXIT_OK
     if args.bandwidth:  # the link each entry needs for 50/90/99 % compute utilization
         from leaderboard.bandwidth import write_bandwidth

@@ -229,3 +229,13 @@ def test_a_verdict_from_fewer_than_the_tiers_designed_seeds_says_so(lb):
     five = _frame(lb, {"none": [0.50, 0.52, 0.51, 0.50, 0.52], "fp16": [0.40, 0.43, 0.41, 0.40, 0.42]})
     full = judge(_claim(tier="plateau"), five.assign(tier="plateau"))
     assert full.state.seeds == 5 and "designed seeds" not in full.state.text()
+
+
+def test_report_claims_lists_only_the_named_tiers_claims(capsys):
+    """`report --claims --tier plateau` narrows the records to that tier; listing the quick tier's
+    claims beside them would show every one as "no records at this tier"."""
+    assert main(["report", "--records", "records", "--claims", "--tier", "plateau"]) == 0
+    out = capsys.readouterr().out
+    plateau = [c for c in load_claims() if c.tier == "plateau"]
+    assert plateau and all(f": {c.id} ({c.paper}" in out for c in plateau)
+    assert all(f": {c.id} ({c.paper}" not in out for c in load_claims() if c.tier != "plateau")
