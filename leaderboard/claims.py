@@ -67,6 +67,7 @@ __all__ = [
     "claims_table",
     "last_quarter_gain",
     "plateau_curves",
+    "CURVE_COLUMNS",
     "evaluation_means",
     "EVALUATION_COLUMNS",
 ]
@@ -552,44 +553,54 @@ def _tier_rows(frame: pd.DataFrame, tier: str) -> pd.DataFrame:
     return rows
 
 
+CURVE_COLUMNS = ["task", "setup", "compressor", "step", "metric", "seeds"]
+
+
 def plateau_curves(frame: pd.DataFrame, tier: str = "plateau") -> pd.DataFrame:
-    """Mean learning curves (over seeds) of the maintainers' rows of ``tier``: task, compressor,
-    step, metric (mean), seeds (how many seeds have that step). What the claims page plots."""
+    """Mean learning curves (over seeds) of the maintainers' rows of ``tier``: task, setup,
+    compressor, step, metric (mean), seeds (how many seeds have that step). What the claims page
+    plots. One curve per (task, setup, compressor): the same compressor in two setups (4 stages
+    for 800 steps, 2 replicas for 600) is two experiments, never averaged into one."""
     rows = _tier_rows(frame, tier)
     if rows.empty:
-        return pd.DataFrame(columns=["task", "compressor", "step", "metric", "seeds"])
+        return pd.DataFrame(columns=CURVE_COLUMNS)
     if "curve" not in rows and "source" in rows:
         from leaderboard.index import load_details
 
         rows = load_details(rows)
     points = []
-    for task, comp, curve in zip(rows["task"], rows["compressor"], rows.get("curve", [])):
+    setups = rows["setup"] if "setup" in rows else [""] * len(rows)
+    for task, setup, comp, curve in zip(rows["task"], setups, rows["compressor"], rows.get("curve", [])):
         for p in curve if isinstance(curve, list) else []:
             if isinstance(p, dict) and isinstance(p.get("metric"), (int, float)):
-                points.append({"task": task, "compressor": comp, "step": p.get("step"), "metric": p["metric"]})
+                points.append(
+                    {"task": task, "setup": setup, "compressor": comp, "step": p.get("step"), "metric": p["metric"]}
+                )
     if not points:
-        return pd.DataFrame(columns=["task", "compressor", "step", "metric", "seeds"])
+        return pd.DataFrame(columns=CURVE_COLUMNS)
     df = pd.DataFrame(points)
     return (
-        df.groupby(["task", "compressor", "step"])["metric"]
+        df.groupby(["task", "setup", "compressor", "step"])["metric"]
         .agg(["mean", "count"])
         .reset_index()
         .rename(columns={"mean": "metric", "count": "seeds"})
     )
 
 
-EVALUATION_COLUMNS = ["task", "compressor", "seeds", "with compression", "without compression", "difference"]
+EVALUATION_COLUMNS = ["task", "setup", "compressor", "seeds", "with compression", "without compression", "difference"]
 
 
 def evaluation_means(frame: pd.DataFrame, tier: str = "plateau") -> pd.DataFrame:
     """Each maintainers' row of ``tier`` evaluated with and without compression, side by side
     (strings: mean ± sd over seeds, and the mean paired difference without minus with, in metric
-    units). A model trained through a stateful compressor (AQ-SGD) is meant to run uncompressed;
+    units), one line per (task, setup, compressor). A model trained through a stateful compressor (AQ-SGD) is meant to run uncompressed;
     evaluated with compression it sees first visits only, so the two columns can differ widely."""
     rows = _tier_rows(frame, tier)
     out = []
     fmt = lambda m, s: f"{m:.4g} ± {s:.2g}" if s == s else f"{m:.4g}"  # noqa: E731
-    for (task, comp), g in rows.groupby(["task", "compressor"], sort=True):
+    if "setup" not in rows:
+        rows = rows.assign(setup="")
+    for (task, setup, comp), g in rows.groupby(["task", "setup", "compressor"], sort=True):
         both = g[["final_metric", "final_metric_uncompressed"]].astype(float).dropna()
         if both.empty:
             continue
@@ -597,6 +608,7 @@ def evaluation_means(frame: pd.DataFrame, tier: str = "plateau") -> pd.DataFrame
         out.append(
             {
                 "task": task,
+                "setup": setup,
                 "compressor": comp,
                 "seeds": str(len(both)),
                 "with compression": fmt(w.mean(), w.std()),

@@ -51,12 +51,13 @@ def _plateau_curves(frame: pd.DataFrame) -> str:
     if curves.empty:
         return "(no plateau-tier records yet)\n"
     parts = []
-    for task, g in curves.groupby("task", sort=True):
+    for (task, setup), g in curves.groupby(["task", "setup"], sort=True):
         wide = g.pivot_table(index="step", columns="compressor", values="metric").sort_index()
         seeds = g.groupby("compressor")["seeds"].max()
         wide.columns = [f"{c} ({int(seeds[c])} seeds)" for c in wide.columns]
         table = wide.reset_index().map(lambda v: f"{v:.4g}" if isinstance(v, float) else str(v))
-        parts.append(f"{task} (mean over seeds at each evaluation):\n\n" + markdown(table) + "\n")
+        where = f"{task}, {setup}" if setup else str(task)
+        parts.append(f"{where} (mean over seeds at each evaluation):\n\n" + markdown(table) + "\n")
     return "\n".join(parts)
 
 

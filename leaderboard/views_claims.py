@@ -84,10 +84,11 @@ def section(frame: pd.DataFrame, version: tuple) -> None:
         st.caption("Plateau tier: no records yet.")
         return
     st.markdown("**Plateau tier: learning curves** (mean over seeds; the legend gives the seeds per row)")
-    tasks = sorted(curves["task"].unique())
-    cols = st.columns(min(len(tasks), 2))
-    for i, task in enumerate(tasks):
-        g = curves[curves["task"] == task].copy()
+    # one chart per (task, setup): two setups of a task have different step axes and baselines
+    panels = sorted(curves.groupby(["task", "setup"]).groups)
+    cols = st.columns(min(len(panels), 2))
+    for i, (task, setup) in enumerate(panels):
+        g = curves[(curves["task"] == task) & (curves["setup"] == setup)].copy()
         seeds = g.groupby("compressor")["seeds"].max()
         g["row"] = [f"{c} ({int(seeds[c])} seeds)" for c in g["compressor"]]
         chart = (
@@ -96,7 +97,11 @@ def section(frame: pd.DataFrame, version: tuple) -> None:
             .encode(
                 x=alt.X("step:Q", title="step"),
                 y=alt.Y("metric:Q", title="metric", scale=alt.Scale(zero=False)),
-                color=alt.Color("row:N", title=str(task), legend=alt.Legend(orient="bottom", labelLimit=400)),
+                color=alt.Color(
+                    "row:N",
+                    title=f"{task}, {setup}" if setup else str(task),
+                    legend=alt.Legend(orient="bottom", labelLimit=400),
+                ),
                 tooltip=["row:N", "step:Q", "metric:Q", "seeds:Q"],
             )
             .properties(height=260)

@@ -32,5 +32,5 @@ def test_the_reproductions_section_shows_verdicts_with_the_tier_state_and_the_pl
     curves = plateau_curves(frame)
     charts = [e for e in at.main if getattr(e, "type", None) == "vega_lite_chart"]
     # the page's own charts (time to target against bandwidth, Pareto, time to quality, curves, profiles)
-    # plus one per plateau-tier task
-    assert len(charts) == 5 + curves["task"].nunique()
+    # plus one per plateau-tier (task, setup)
+    assert len(charts) == 5 + len(curves.groupby(["task", "setup"]))
