@@ -54,3 +54,14 @@ def test_ok_only_rows_leave_failed_records_out_and_ids_are_stable():
 def test_the_machine_class_is_part_of_the_row():
     a, b = _rec(), _rec(seed=1, cell="k1", provenance={"machine": {"cpu": "EPYC", "cpu_count": 2}})
     assert row_key(a).machine != row_key(b).machine and len(rows_of([a, b])) == 2
+
+
+def test_one_seed_on_two_machine_classes_is_two_rows_but_one_cell_rerun_anywhere_replaces_it():
+    """A seed recorded on two classes under two cell keys (same resolved setup) is one record in each
+    class's row; the same cell re-run on another class supersedes the older record (the cell rule is per
+    entry and cell, as a store's resume is: docs/reliability.md, section 9)."""
+    a = _rec(created="2026-01-01")
+    b = _rec(created="2026-01-02", cell="k-other", provenance={"machine": {"cpu": "EPYC", "cpu_count": 2}})
+    assert latest_flags([a, b]) == [True, True] and len(rows_of([a, b])) == 2
+    same_cell = dict(b, cell_key=a["cell_key"])
+    assert latest_flags([a, same_cell]) == [False, True]
