@@ -19,8 +19,11 @@ tier's state (:class:`TierState`):
 - **plateau**: the uncompressed baseline's mean change over the last quarter of its curve (the
   metric at the last evaluation minus the metric interpolated at three quarters of the steps,
   in "better" units) must be within ± the comparison's MDD (or a close claim's tolerance when
-  smaller): still rising, more training could move the verdict; falling back, the run is past
-  its best and the final metric depends on when it stopped: ``not testable at this tier``;
+  smaller): still rising, more training could move the verdict: ``not testable at this tier``;
+  falling back, the run is past its best and the final metric depends on when it stopped, so the
+  comparison is decided again at the baseline's best evaluation (its seed-mean curve's best step,
+  chosen from the baseline alone): the same verdict there and at the end stands, and the state
+  says so; a different one is ``not testable at this tier``;
 
 then decides (alpha 0.05, the 95% interval of the effect in "better" units):
 
@@ -155,6 +158,10 @@ class TierState:
     # the tier's designed seed count (matrix.yaml): a verdict from fewer is interim, since adding
     # seeds until p < 0.05 would be optional stopping, so the line says how many of them ran
     designed_seeds: int = 0
+    # a baseline past its best (falling back over the last quarter): the step of its best
+    # evaluation, and whether the verdict there equals the verdict at the end (None: not checked)
+    best_step: float = math.nan
+    holds_at_best: bool | None = None
 
     def text(self) -> str:
         """One line: plateaued or not, floor or not, same machine class or not."""
@@ -178,6 +185,10 @@ class TierState:
             plateau = ("plateaued" if self.plateaued else "not plateaued") + (
                 f" ({self.baseline} changes by {self.gain:+.3g} over its last quarter; limit ±{self.gain_limit:.3g})"
             )
+            if self.holds_at_best is not None:
+                plateau += f"; past its best: the verdict at its best evaluation (step {self.best_step:g}) " + (
+                    "is the same" if self.holds_at_best else "differs"
+                )
         floor = (
             ""
             if self.timing
@@ -295,15 +306,47 @@ def _values(rows: pd.DataFrame, column: str) -> dict[int, float]:
     return {int(s): float(v) for s, v in zip(rows["seed"], rows[column]) if v == v}
 
 
+def _with_curves(rows: pd.DataFrame) -> pd.DataFrame | None:
+    """``rows`` with their ``curve`` column (read back when the rows are an index's light rows);
+    None when there is none to read."""
+    if "curve" in rows:
+        return rows
+    if "source" not in rows or rows.empty:
+        return None
+    from leaderboard.index import load_details
+
+    return load_details(rows)
+
+
+def _values_at(rows: pd.DataFrame, key: str, step: float) -> dict[int, float]:
+    """Per seed, the curve's ``key`` (``metric`` or ``metric_uncompressed``) at evaluation ``step``."""
+    rows_ = _with_curves(rows)
+    out: dict[int, float] = {}
+    for seed, curve in zip(rows_["seed"], rows_["curve"]) if rows_ is not None else ():
+        for p in curve if isinstance(curve, list) else []:
+            v = p.get(key) if isinstance(p, dict) else None
+            if p.get("step") == step and isinstance(v, (int, float)) and v == v:
+                out[int(seed)] = float(v)
+    return out
+
+
+def _best_step(curves: list[list[tuple[float, float]]], sign: float) -> float:
+    """The evaluation step where the mean of ``curves`` (over the curves evaluated there, all of
+    them) is best; NaN when they share no step."""
+    common = set.intersection(*(set(s for s, _ in pts) for pts in curves)) if curves else set()
+    if not common:
+        return math.nan
+    means = {st: sum(dict(pts)[st] for pts in curves) / len(curves) for st in common}
+    return max(sorted(means), key=lambda st: sign * means[st])
+
+
 def _curves(rows: pd.DataFrame) -> list[list[tuple[float, float]]]:
     """Each record's curve as (step, metric) points (the details are read back when the rows are
     an index's light rows)."""
-    if "curve" not in rows:
-        if "source" not in rows or rows.empty:
-            return []
-        from leaderboard.index import load_details
-
-        rows = load_details(rows)
+    rows_ = _with_curves(rows)
+    if rows_ is None:
+        return []
+    rows = rows_
     out = []
     for curve in rows["curve"]:
         pts = []
@@ -447,6 +490,28 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
 
     if floor:
         return verdict(NOT_TESTABLE, f"both sides at the trivial predictor ({trivial:g}, within the MDD {mdd:.3g})")
+    if plateaued is False and gain < 0:
+        # past its best: the final metric depends on when training stopped. The claims are about
+        # the trained model, so judge again at the baseline's best evaluation (chosen from the
+        # baseline's curve alone, never from the comparison); a verdict that is the same there and
+        # at the end does not hang on the stopping time. A still-rising baseline gets no such
+        # check: no evaluation says what more steps would do.
+        step = _best_step(_curves(base_rows), sign)
+        key = {"final_metric": "metric", "final_metric_uncompressed": "metric_uncompressed"}
+        a2, b2 = _values_at(arm, key[col_a], step), _values_at(ref, key[col_b], step)
+        if step == step and len(a2) >= 2 and len(b2) >= 2 and set(a2) == set(a) and set(b2) == set(b):
+            d2, h2, p2, _df2, _t2 = _compare(a2, b2, pair)
+            v2, why2 = _decide(c, sign * d2, sign * d2 - h2, sign * d2 + h2, p2, h2)
+            v_end, why_end = _decide(c, effect, low, high, p, mdd)
+            same = v2 == v_end and v_end not in ("not resolvable at this tier", "measured (no direction stated)")
+            state = replace(state, best_step=step, holds_at_best=same)
+            if same:
+                return verdict(v_end, f"{why_end}; at {base_name}'s best evaluation (step {step:g}) too: {why2}")
+            return verdict(
+                NOT_TESTABLE,
+                f"the baseline ({base_name}) falls back by {abs(gain):.3g} over the last quarter of training (past "
+                f"its best): at its best evaluation (step {step:g}) the comparison reads {v2}, at the end {v_end}",
+            )
     if plateaued is False:
         moves = "still gains" if gain > 0 else "falls back by"
         return verdict(

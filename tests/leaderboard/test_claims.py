@@ -89,9 +89,12 @@ def test_a_baseline_still_climbing_makes_the_claim_not_testable(lb):
     assert climbing.state.gain == pytest.approx(0.0833, abs=1e-3) and climbing.state.plateaued is False
     assert climbing.verdict == NOT_TESTABLE and "still gains" in climbing.why
     assert "not plateaued" in climbing.state.text()
-    # a curve falling back (over-fitting) is no plateau either: the final metric depends on when it stopped
+    # a curve falling back (over-fitting) is no plateau either: the final metric depends on when it
+    # stopped, so the verdict is checked at the baseline's best evaluation too (every curve here falls
+    # back alike, so it holds there; test_a_baseline_past_its_best_is_judged_at_its_best_evaluation_too)
     falling = judge(_claim(), _frame(lb, values, gain=-0.2))
-    assert falling.state.plateaued is False and "falls back by 0.0833" in falling.why
+    assert falling.state.plateaued is False and falling.state.gain == pytest.approx(-0.0833, abs=1e-3)
+    assert falling.state.holds_at_best is True and falling.verdict == "reproduced"
     # a close claim's tolerance is the limit when it is smaller than the MDD
     close = judge(_claim(expect="close", tolerance=0.01), _frame(lb, values, gain=0.03))
     assert close.state.gain_limit == 0.01 and close.verdict == NOT_TESTABLE
@@ -263,3 +266,40 @@ def test_a_compressors_curves_in_two_setups_are_two_curves_never_averaged(lb):
     assert set(curves["seeds"]) == {2}
     table = evaluation_means(frame, tier="quick")
     assert len(table) == 2 and table["setup"].str.startswith(("2 stages", "3 stages")).all()
+
+
+def _curved(lb, curves):
+    """Records whose curves are ``curves[compressor][seed]`` (metric at steps 40..200); the final
+    metric is the curve's last point."""
+    recs = []
+    for comp, per_seed in curves.items():
+        for seed, values in enumerate(per_seed):
+            r = lb.make_record("cifar10", comp, seed, record_id=f"{comp}-{seed}")
+            for p, v in zip(r["curve"], values):
+                p["metric"] = p["metric_uncompressed"] = v
+            r["final_metric"] = r["final_metric_uncompressed"] = values[-1]
+            recs.append(r)
+    return to_frame(recs).assign(maintainers=True)
+
+
+def test_a_baseline_past_its_best_is_judged_at_its_best_evaluation_too(lb):
+    """Over-fitting makes the final metric depend on when training stopped: a verdict that holds at
+    the baseline's best evaluation and at the end stands (it said "not testable" before); one that
+    differs between them is not testable, and the line names both."""
+    none = [[0.50, 0.58, 0.600 + j, 0.57, 0.55 + j] for j in (0.0, 0.002, -0.001)]
+    worse = [[0.30, 0.38, 0.400 + j, 0.40, 0.40 + j] for j in (0.001, -0.002, 0.0)]
+    frame = _curved(lb, {"none": none, "fp16": worse})
+    v = judge(_claim(), frame)
+    assert v.state.plateaued is False and v.state.best_step == 120 and v.state.holds_at_best is True
+    assert v.verdict == "reproduced" and "at none's best evaluation (step 120) too" in v.why
+    assert "past its best: the verdict at its best evaluation (step 120) is the same" in v.state.text()
+    # close at the end only because the baseline fell back to it: the stopping time decides
+    caught_up = [[0.30, 0.38, 0.400 + j, 0.50, 0.55 + j] for j in (0.001, -0.001, 0.0005)]
+    frame = _curved(lb, {"none": none, "fp16": caught_up})
+    v = judge(_claim(expect="close", tolerance=0.01), frame)
+    assert v.verdict == NOT_TESTABLE and v.state.holds_at_best is False
+    assert "at its best evaluation (step 120) the comparison reads contradicted, at the end reproduced" in v.why
+    # a still-rising baseline gets no such check
+    rising = [[0.30, 0.40, 0.45, 0.50, 0.55 + j] for j in (0.0, 0.002, -0.001)]
+    v = judge(_claim(), _curved(lb, {"none": rising, "fp16": worse}))
+    assert v.verdict == NOT_TESTABLE and v.state.holds_at_best is None and "still gains" in v.why
