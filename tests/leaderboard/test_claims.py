@@ -134,17 +134,23 @@ def test_no_pairing_across_machine_classes(lb):
     assert judge(_claim(), both).test == "paired by seed"
 
 
+def _staged(lb, comp, seed, stages, value):
+    """A record of ``comp`` in ``stages`` pipeline stages whose curve and final metric are ``value``."""
+    r = lb.make_record("cifar10", comp, seed, record_id=f"{comp}-{stages}-{seed}")
+    r["final_metric"] = value
+    r["run"] = {**r["run"], "n_stages": stages}
+    r["cell_key"] = f"{comp}{stages}{seed}"
+    for p in r["curve"]:
+        p["metric"] = value
+    return r
+
+
 def test_the_comparison_is_taken_in_the_claim_rows_setup(lb):
-    recs = []
-    for seed, (a, b, c) in enumerate([(0.40, 0.50, 0.30), (0.41, 0.52, 0.31), (0.42, 0.51, 0.29)]):
-        for comp, v, stages in (("fp16", a, 3), ("none", b, 3), ("none", c, 2)):
-            r = lb.make_record("cifar10", comp, seed, record_id=f"{comp}-{stages}-{seed}")
-            r["final_metric"] = v
-            r["run"] = {**r["run"], "n_stages": stages}
-            r["cell_key"] = f"{comp}{stages}{seed}"
-            for p in r["curve"]:
-                p["metric"] = v
-            recs.append(r)
+    recs = [
+        _staged(lb, comp, seed, stages, v)
+        for seed, (a, b, c) in enumerate([(0.40, 0.50, 0.30), (0.41, 0.52, 0.31), (0.42, 0.51, 0.29)])
+        for comp, v, stages in (("fp16", a, 3), ("none", b, 3), ("none", c, 2))
+    ]
     frame = to_frame(recs).assign(maintainers=True)
     v = judge(_claim(), frame)
     assert v.mean_ref == pytest.approx(0.51) and v.state.setup.startswith("3 stages")
@@ -251,15 +257,7 @@ def test_report_claims_lists_only_the_named_tiers_claims(capsys):
 def test_a_compressors_curves_in_two_setups_are_two_curves_never_averaged(lb):
     """The plateau tier runs shakespeare `none` in 4 stages for 800 steps and with 2 replicas for 600:
     one mean over both would be a curve nobody trained."""
-    recs = []
-    for seed in range(2):
-        for stages, v in ((3, 0.50), (2, 0.30)):
-            r = lb.make_record("cifar10", "none", seed, record_id=f"none-{stages}-{seed}")
-            r["run"] = {**r["run"], "n_stages": stages}
-            r["cell_key"] = f"none{stages}{seed}"
-            for p in r["curve"]:
-                p["metric"] = v
-            recs.append(r)
+    recs = [_staged(lb, "none", seed, stages, v) for seed in range(2) for stages, v in ((3, 0.50), (2, 0.30))]
     frame = to_frame(recs).assign(maintainers=True)
     curves = plateau_curves(frame, tier="quick")
     assert sorted(curves.groupby("setup")["metric"].mean().round(6).tolist()) == [0.3, 0.5]
