@@ -38,7 +38,8 @@ then decides (alpha 0.05, the 95% interval of the effect in "better" units):
   effect that just reaches p < 0.05 with this spread and these seeds) says how large an effect
   the tier could show;
 - ``measured (no direction stated)``: a ``stated`` claim, whose source text names what was
-  measured but no outcome; the effect is shown, no verdict.
+  measured but no outcome; the effect is shown with the tier's state, no verdict (the floor and
+  plateau checks withhold verdicts, and it has none).
 """
 
 from __future__ import annotations
@@ -488,6 +489,9 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
         return Verdict(c, metric, len(a), len(b), ma, mb, effect, low, high, p, test, mdd, v, why, state,
                        compressed, uncompressed)  # fmt: skip
 
+    if c.expect == "stated":
+        # no direction to withhold: the effect is shown with the tier's state on its line
+        return verdict(*_decide(c, effect, low, high, p, mdd))
     if floor:
         return verdict(NOT_TESTABLE, f"both sides at the trivial predictor ({trivial:g}, within the MDD {mdd:.3g})")
     if plateaued is False and gain < 0:

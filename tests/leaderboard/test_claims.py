@@ -80,6 +80,12 @@ def test_not_worse_and_stated_claims(lb):
     assert judge(_claim(expect="not_worse", tolerance=0.01), frame).verdict == "reproduced"
     stated = judge(_claim(expect="stated"), frame)
     assert stated.verdict == "measured (no direction stated)" and stated.effect == stated.effect
+    # a stated row has no verdict to withhold: on a still-rising baseline it stays "measured", and
+    # its state line says the baseline is still rising
+    rising = judge(
+        _claim(expect="stated"), _frame(lb, {"none": [0.50, 0.52, 0.51], "fp16": [0.40, 0.43, 0.41]}, gain=0.2)
+    )
+    assert rising.verdict == "measured (no direction stated)" and "not plateaued" in rising.state.text()
 
 
 def test_a_baseline_still_climbing_makes_the_claim_not_testable(lb):
