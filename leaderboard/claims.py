@@ -63,6 +63,7 @@ __all__ = [
     "COLUMNS",
     "VERDICTS",
     "NOT_TESTABLE",
+    "NOT_RESOLVABLE",
     "Claim",
     "TierState",
     "Verdict",
@@ -71,6 +72,7 @@ __all__ = [
     "claims_table",
     "last_quarter_gain",
     "plateau_curves",
+    "panel_title",
     "CURVE_COLUMNS",
     "evaluation_means",
     "EVALUATION_COLUMNS",
@@ -83,11 +85,12 @@ COLUMNS = {"final_metric": None, "compress_s": "lower"}  # None: the task metric
 EVALUATIONS = ("compressed", "uncompressed_vs_compressed", "uncompressed")
 ALPHA = 0.05
 NOT_TESTABLE = "not testable at this tier"
+NOT_RESOLVABLE = "not resolvable at this tier"
 VERDICTS = (
     "reproduced",
     "contradicted",
     "refuted in this configuration",
-    "not resolvable at this tier",
+    NOT_RESOLVABLE,
     NOT_TESTABLE,
     "measured (no direction stated)",
 )
@@ -321,12 +324,14 @@ def _with_curves(rows: pd.DataFrame) -> pd.DataFrame | None:
 
 def _values_at(rows: pd.DataFrame, key: str, step: float) -> dict[int, float]:
     """Per seed, the curve's ``key`` (``metric`` or ``metric_uncompressed``) at evaluation ``step``."""
-    rows_ = _with_curves(rows)
+    rows = _with_curves(rows)
+    if rows is None:
+        return {}
     out: dict[int, float] = {}
-    for seed, curve in zip(rows_["seed"], rows_["curve"]) if rows_ is not None else ():
+    for seed, curve in zip(rows["seed"], rows["curve"]):
         for p in curve if isinstance(curve, list) else []:
-            v = p.get(key) if isinstance(p, dict) else None
-            if p.get("step") == step and isinstance(v, (int, float)) and v == v:
+            v = p.get(key) if isinstance(p, dict) and p.get("step") == step else None
+            if isinstance(v, (int, float)) and v == v:
                 out[int(seed)] = float(v)
     return out
 
@@ -337,17 +342,17 @@ def _best_step(curves: list[list[tuple[float, float]]], sign: float) -> float:
     common = set.intersection(*(set(s for s, _ in pts) for pts in curves)) if curves else set()
     if not common:
         return math.nan
-    means = {st: sum(dict(pts)[st] for pts in curves) / len(curves) for st in common}
+    by_step = [dict(pts) for pts in curves]
+    means = {st: sum(c[st] for c in by_step) / len(by_step) for st in common}
     return max(sorted(means), key=lambda st: sign * means[st])
 
 
 def _curves(rows: pd.DataFrame) -> list[list[tuple[float, float]]]:
     """Each record's curve as (step, metric) points (the details are read back when the rows are
     an index's light rows)."""
-    rows_ = _with_curves(rows)
-    if rows_ is None:
+    rows = _with_curves(rows)
+    if rows is None:
         return []
-    rows = rows_
     out = []
     for curve in rows["curve"]:
         pts = []
@@ -507,7 +512,7 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
             d2, h2, p2, _df2, _t2 = _compare(a2, b2, pair)
             v2, why2 = _decide(c, sign * d2, sign * d2 - h2, sign * d2 + h2, p2, h2)
             v_end, why_end = _decide(c, effect, low, high, p, mdd)
-            same = v2 == v_end and v_end not in ("not resolvable at this tier", "measured (no direction stated)")
+            same = v2 == v_end and v_end != NOT_RESOLVABLE
             state = replace(state, best_step=step, holds_at_best=same)
             if same:
                 return verdict(v_end, f"{why_end}; at {base_name}'s best evaluation (step {step:g}) too: {why2}")
@@ -531,7 +536,7 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
 def _decide(c: Claim, effect: float, low: float, high: float, p: float, mdd: float) -> tuple[str, str]:
     """(verdict, reason) from the effect (better units), its 95% interval and the test."""
     sig = p == p and p < ALPHA
-    nr = "not resolvable at this tier"
+    nr = NOT_RESOLVABLE
     if c.expect == "stated":
         return "measured (no direction stated)", "the source text names what was measured, not an outcome"
     if c.expect in ("better", "worse"):
@@ -625,18 +630,19 @@ def _tier_rows(frame: pd.DataFrame, tier: str) -> pd.DataFrame:
 CURVE_COLUMNS = ["task", "setup", "compressor", "step", "metric", "seeds"]
 
 
+def panel_title(task: str, setup: str) -> str:
+    """The name of one (task, setup) panel of :func:`plateau_curves`, on the page and in the docs."""
+    return f"{task}, {setup}" if setup else str(task)
+
+
 def plateau_curves(frame: pd.DataFrame, tier: str = "plateau") -> pd.DataFrame:
     """Mean learning curves (over seeds) of the maintainers' rows of ``tier``: task, setup,
     compressor, step, metric (mean), seeds (how many seeds have that step). What the claims page
     plots. One curve per (task, setup, compressor): the same compressor in two setups (4 stages
     for 800 steps, 2 replicas for 600) is two experiments, never averaged into one."""
-    rows = _tier_rows(frame, tier)
-    if rows.empty:
+    rows = _with_curves(_tier_rows(frame, tier))
+    if rows is None or rows.empty:
         return pd.DataFrame(columns=CURVE_COLUMNS)
-    if "curve" not in rows and "source" in rows:
-        from leaderboard.index import load_details
-
-        rows = load_details(rows)
     points = []
     setups = rows["setup"] if "setup" in rows else [""] * len(rows)
     for task, setup, comp, curve in zip(rows["task"], setups, rows["compressor"], rows.get("curve", [])):
@@ -662,8 +668,9 @@ EVALUATION_COLUMNS = ["task", "setup", "compressor", "seeds", "with compression"
 def evaluation_means(frame: pd.DataFrame, tier: str = "plateau") -> pd.DataFrame:
     """Each maintainers' row of ``tier`` evaluated with and without compression, side by side
     (strings: mean ± sd over seeds, and the mean paired difference without minus with, in metric
-    units), one line per (task, setup, compressor). A model trained through a stateful compressor (AQ-SGD) is meant to run uncompressed;
-    evaluated with compression it sees first visits only, so the two columns can differ widely."""
+    units), one line per (task, setup, compressor). A model trained through a stateful compressor
+    (AQ-SGD) is meant to run uncompressed; evaluated with compression it sees first visits only, so
+    the two columns can differ widely."""
     rows = _tier_rows(frame, tier)
     out = []
     fmt = lambda m, s: f"{m:.4g} ± {s:.2g}" if s == s else f"{m:.4g}"  # noqa: E731

@@ -44,7 +44,7 @@ def _score(frame: pd.DataFrame) -> str:
 
 
 def _plateau_curves(frame: pd.DataFrame) -> str:
-    from leaderboard.claims import plateau_curves
+    from leaderboard.claims import panel_title, plateau_curves
     from leaderboard.report import markdown
 
     curves = plateau_curves(frame)
@@ -56,8 +56,7 @@ def _plateau_curves(frame: pd.DataFrame) -> str:
         seeds = g.groupby("compressor")["seeds"].max()
         wide.columns = [f"{c} ({int(seeds[c])} seeds)" for c in wide.columns]
         table = wide.reset_index().map(lambda v: f"{v:.4g}" if isinstance(v, float) else str(v))
-        where = f"{task}, {setup}" if setup else str(task)
-        parts.append(f"{where} (mean over seeds at each evaluation):\n\n" + markdown(table) + "\n")
+        parts.append(f"{panel_title(task, setup)} (mean over seeds at each evaluation):\n\n" + markdown(table) + "\n")
     return "\n".join(parts)
 
 

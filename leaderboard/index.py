@@ -180,10 +180,7 @@ def _workers(todo: list[tuple[str, str, list[Any]]]) -> int:
     asked = settings.index_workers()
     if asked is not None:
         return max(1, min(asked, len(todo), MAX_WORKERS))
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
+    cpus = settings.usable_cpus()
     size = sum(_task_bytes(t) for t in todo)
     return max(1, min(cpus, len(todo), MAX_WORKERS)) if size >= PARALLEL_MIN_BYTES else 1
 

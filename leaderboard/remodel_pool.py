@@ -60,17 +60,10 @@ def _serve(todo: list[Request], limit: float) -> None:
     out.flush()
 
 
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def remodel_in_workers(requests: list[Request], seconds_left: float) -> dict[Request, Result]:
     """What the workers re-modeled of ``requests`` within ``seconds_left`` CPU seconds in all ({} when
     there are too few to pay for workers, one CPU, or ``MPCBENCH_INDEX_WORKERS=1``)."""
-    workers = min(_cpus(), len(requests) // MIN_REQUESTS or 1)
+    workers = min(settings.usable_cpus(), len(requests) // MIN_REQUESTS or 1)
     try:
         asked = settings.index_workers()
     except ValueError:  # the index build names a bad value; re-modeling just stays in this process

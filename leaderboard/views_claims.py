@@ -13,7 +13,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from leaderboard.claims import claims_table, evaluation_means, judge, load_claims, plateau_curves
+from leaderboard.claims import claims_table, evaluation_means, judge, load_claims, panel_title, plateau_curves
 
 __all__ = ["section", "verdict_frame", "curves_frame", "evaluation_frame"]
 
@@ -85,10 +85,10 @@ def section(frame: pd.DataFrame, version: tuple) -> None:
         return
     st.markdown("**Plateau tier: learning curves** (mean over seeds; the legend gives the seeds per row)")
     # one chart per (task, setup): two setups of a task have different step axes and baselines
-    panels = sorted(curves.groupby(["task", "setup"]).groups)
+    panels = list(curves.groupby(["task", "setup"], sort=True))
     cols = st.columns(min(len(panels), 2))
-    for i, (task, setup) in enumerate(panels):
-        g = curves[(curves["task"] == task) & (curves["setup"] == setup)].copy()
+    for i, ((task, setup), g) in enumerate(panels):
+        g = g.copy()
         seeds = g.groupby("compressor")["seeds"].max()
         g["row"] = [f"{c} ({int(seeds[c])} seeds)" for c in g["compressor"]]
         chart = (
@@ -99,7 +99,7 @@ def section(frame: pd.DataFrame, version: tuple) -> None:
                 y=alt.Y("metric:Q", title="metric", scale=alt.Scale(zero=False)),
                 color=alt.Color(
                     "row:N",
-                    title=f"{task}, {setup}" if setup else str(task),
+                    title=panel_title(task, setup),
                     legend=alt.Legend(orient="bottom", labelLimit=400),
                 ),
                 tooltip=["row:N", "step:Q", "metric:Q", "seeds:Q"],

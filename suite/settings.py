@@ -162,6 +162,16 @@ def enabled(name: str) -> bool:
     return get(name).strip().lower() not in _FALSE
 
 
+def usable_cpus() -> int:
+    """The cores this process may run on (its affinity mask, else the machine's count): the default
+    of the parallelism settings (``MPCBENCH_INDEX_WORKERS``; the cell slots of ``suite.bench.resources``).
+    Here, in the leaf every layer may import, so the leaderboard and the runner count alike."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
 def index_workers() -> int | None:
     """``MPCBENCH_INDEX_WORKERS``: the processes the leaderboard index may use (at least 1), or None
     when unset (one per usable CPU); ValueError naming the value when it is not a number."""

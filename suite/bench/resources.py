@@ -18,6 +18,8 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from suite import settings
+
 if TYPE_CHECKING:  # torch-free at import: ``mpcbench run -j`` builds a slot before the fork server starts
     from suite.pipeline.config import CellConfig
 
@@ -58,11 +60,8 @@ def needs_of(config: CellConfig) -> CellNeeds:
 
 
 def machine_cores() -> int:
-    """The cores this process may run on (its affinity mask, else the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    """The cores this process may run on (:func:`suite.settings.usable_cpus`)."""
+    return settings.usable_cpus()
 
 
 CELL_MEMORY_GIB = 3  # what a CPU cell of the quick tier may hold at its peak (MiniLM, ResNet-18 at 1/8 width)

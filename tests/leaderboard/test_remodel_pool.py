@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from leaderboard import frame, remodel_pool
+from suite import settings
 
 BASELINES = Path(__file__).resolve().parents[2] / "records" / "mpcbench-baselines"
 
@@ -31,7 +32,7 @@ def fresh(monkeypatch):
     frame._remodel.cache_clear()
     frame._COSTS.clear()
     monkeypatch.setattr(remodel_pool, "MIN_REQUESTS", 1)
-    monkeypatch.setattr(remodel_pool, "_cpus", lambda: 2)
+    monkeypatch.setattr(settings, "usable_cpus", lambda: 2)
     monkeypatch.delenv("MPCBENCH_INDEX_WORKERS", raising=False)
     yield
     frame._remodel.cache_clear()

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from suite.settings import usable_cpus
+
 from .errors import VerifyError
 from .loopback import audit
 from .sandbox import ENV_ALLOW, JAIL_DIR, Containment, Loopback, contained_run, sanitise
@@ -211,8 +213,7 @@ def _jail_reads(tree: Path) -> list[str]:
 
 
 def _load_per_core() -> float:
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return round(os.getloadavg()[0] / max(1, cores), 2)
+    return round(os.getloadavg()[0] / max(1, usable_cpus()), 2)
 
 
 def _once(record: dict[str, Any], tree: Path, commit: str, entry_dir: Path, time_limit_s: float, threads: int,
