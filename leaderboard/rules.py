@@ -163,7 +163,7 @@ class Rule:
         """Rank ``agg`` (:func:`leaderboard.statistics.aggregate`) within each (task, tier).
 
         Returns a copy with ``rank`` (Int64; NA = not ranked: below ``min_ratio``, no ok
-        seeds, or no value for the rule) sorted by task, tier, rank, ``rank_label`` (the rank
+        seeds, no value for the rule, or a failed verification) sorted by task, tier, rank, ``rank_label`` (the rank
         as shown, :meth:`rank_labels`) and ``quality`` (the ranked metric column's values).
         ``direction`` picks which bytes / ratio the rules use; ``network`` is a column suffix
         (``time_to_target_s@<network>``; default: the fastest profile present); ``quality``
@@ -183,9 +183,12 @@ class Rule:
         sign = np.where(out["higher_is_better"].astype(bool), -1.0, 1.0)  # smaller key = better
         quality_key = pd.Series(out["quality"].to_numpy(float) * sign, index=out.index)
         keys = self.keys(out, quality_key, min_ratio=min_ratio, network=network, direction=direction)
+        # a row whose verification failed never ranks (issue 45): it is listed after the ranked rows, its
+        # mark and reason on its line (leaderboard.submissions.row_verification)
+        failed = out["verification"].eq("failed") if "verification" in out else pd.Series(False, index=out.index)
         key_cols = []
         for i, k in enumerate(keys):
-            out[f"_k{i}"] = k.astype(float)
+            out[f"_k{i}"] = k.astype(float).where(~failed) if i == 0 else k.astype(float)
             key_cols.append(f"_k{i}")
         for _, g in out.groupby(["task", "tier"], sort=False):
             g = g[g["_k0"].notna()]

@@ -638,7 +638,9 @@ def read_verification(entry_dir: str | Path) -> Verification:
             compared = {c.get("record_id") for c in cs}
             if st == "verified" and not (agreed and rerun_ok and set(reruns) == rerun_ok and set(recs) <= compared):
                 return none  # a verdict that does not follow from its cells was not written by verify
-            verdicts[rid] = {"status": st, "records": recs, "reruns": reruns}
+            bad = [c for c in cs if c.get("status") in ("mismatch", "rerun failed")]
+            reason = _one_line(f"{bad[0].get('status')}: {bad[0].get('detail')}", 200) if bad else ""
+            verdicts[rid] = {"status": st, "records": recs, "reruns": reruns, "reason": reason}
         reruns_by_id: dict[str, dict[str, Any]] = {}
         rpath = entry_dir / RERUNS_FILE
         raw = _read_capped(rpath, MAX_RERUNS_BYTES) if rpath.exists() else b""
@@ -670,7 +672,8 @@ def row_verification(records: list[dict[str, Any]], verification: Verification) 
     read as ``rerun_provenance`` (the board's ``verified_on``). Its ``provenance`` stays as recorded:
     the row's key is the machine class the record was made on, so a row verified on another machine
     class is neither merged with that class's rows nor lets one seed supersede another there.
-    Any other row reads "not verified" (records added or changed since, or never re-run), or "failed"."""
+    Any other row reads "not verified" (records added or changed since, or never re-run), or "failed"
+    with the first failed comparison's reason as its note (such a row never ranks: :mod:`leaderboard.rules`)."""
     keys = row_keys(records)
     latest = latest_flags(records, keys)
     members: dict[str, list[int]] = {}
@@ -686,7 +689,9 @@ def row_verification(records: list[dict[str, Any]], verification: Verification) 
         if verdict is not None:
             if verdict["records"] != bound:
                 status, note = NOT_RERUN, "records changed since its verification"
-            elif verdict["status"] in ("verified", "failed"):
+            elif verdict["status"] == "failed":  # never ranked (leaderboard.rules): listed apart with the reason
+                status, note = "failed", verdict.get("reason") or "a comparison of the row failed"
+            elif verdict["status"] == "verified":
                 status = verdict["status"]
                 seeds = sorted(int(records[i]["seed"]) for i in idx if records[i]["record_id"] in verdict["reruns"])
                 note = f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} re-run, {len(idx)} compared"

@@ -315,3 +315,33 @@ def test_ci_keeps_verification_files_to_the_maintainers_check():
     assert "verification.reruns" in steps and "must not add or edit verification files" in steps
     owners = (root / ".github" / "CODEOWNERS").read_text()
     assert "/records/*/verification.json" in owners and "/records/*/verification.reruns" in owners
+
+
+def test_a_row_that_failed_verification_never_ranks_and_says_why(tmp_path, lb):
+    """Issue 45. Before: a row whose verification failed still ranked (marked failed), in the top two of
+    its setup when its records were forged. Now it is listed after the ranked rows, unranked, with the
+    first failed comparison's reason on its line."""
+    import pandas as pd
+
+    from leaderboard.frame import to_frame
+    from leaderboard.rules import rank
+    from leaderboard.statistics import aggregate
+    from leaderboard.views import display_table
+
+    good = lb.write_entry(tmp_path, "good", lb.make_records(tasks=("cifar10",), compressors=("fp16",), seeds=(0,)))
+    forged = [lb.make_record("cifar10", "topk(ratio=0.01)", 0)]
+    forged[0]["final_metric"] = 0.99  # better than anything honest
+    bad = lb.write_entry(tmp_path, "forger", forged)
+    _report(good)
+    rep = _report(bad, status="failed")
+    rep["cells"][0]["detail"] = "side channel: lo carried 8000000 bytes, the wire counted 100"
+    (bad / submissions.VERIFICATION_FILE).write_text(json.dumps(rep))
+    records, _ = load_entries(tmp_path)
+    ranked = rank(aggregate(to_frame(records)), "quality_at_ratio")
+    by_entry = {r["entry"]: r for r in ranked.to_dict("records")}
+    assert by_entry["good"]["rank"] == 1 and by_entry["forger"]["rank"] in (None, pd.NA)
+    assert by_entry["forger"]["rank_label"] == "-"
+    assert list(ranked["entry"]) == ["good", "forger"]  # listed after the ranked rows
+    table = display_table(ranked)
+    line = table[table["rank"] == "-"].iloc[0]
+    assert line["verified"].startswith("✗ failed verification (mismatch: side channel: lo carried 8000000 bytes")

@@ -33,7 +33,7 @@ from .code import CodeTrees, git
 from .compare import compare_all
 from .errors import VerifyError
 from .identity import check_identity
-from .rerun import Rerun, SideChannel, run_cell_contained
+from .rerun import NoRecord, Rerun, SideChannel, run_cell_contained
 from .row_reference import RowReference
 from .sampling import FRACTION, inclusion_probabilities, sample_rows
 from .sandbox import containment, sanitise
@@ -149,6 +149,8 @@ def check_cell(
         _judge(check, record, new, same_seed=True, reference=reference)
     except SideChannel as e:  # the re-run's stages talked past the counted wire: the row fails
         check.status, check.detail = "mismatch", str(e)
+    except NoRecord as e:  # said as it is: no record to compare (never read as a side channel)
+        check.status, check.detail = "rerun failed", str(e)
     except VerifyError as e:
         check.detail = str(e)
     except subprocess.TimeoutExpired:
@@ -157,6 +159,32 @@ def check_cell(
         check.detail = sanitise("the check raised", f"{type(e).__name__}: {e}", log)
     check.seconds = round(time.perf_counter() - t0, 1)
     return check, new
+
+
+def _other_seeds(
+    key: RowKey, done: list[tuple[CellCheck, Rerun | None, dict[str, Any]]], members: list[dict[str, Any]],
+    reference: ReferenceOf, log: Path | None,
+) -> list[CellCheck]:  # fmt: skip
+    """The checks of the row's latest records whose own cell did not re-run: each against the row's first
+    good re-run (never raises: a comparison that cannot be made reads "cannot verify" with the reason)."""
+    rid = row_id(key)
+    ok_reruns = [new for c, new, _ in done if c.ok and new is not None]
+    rerun_ids = {rec["record_id"] for _, _, rec in done}
+    out = []
+    for rec in members:
+        if rec["record_id"] in rerun_ids:
+            continue
+        c = CellCheck(rec["cell_id"], rec["record_id"], "cannot verify", "the row's re-run failed", rid, "row")
+        c.recorded_metric = rec.get("final_metric")
+        if ok_reruns:
+            try:
+                _judge(c, rec, ok_reruns[0], same_seed=False, reference=reference)
+            except VerifyError as e:
+                c.status, c.detail = "cannot verify", str(e)
+            except Exception as e:  # noqa: BLE001 - one comparison's surprise is its own verdict
+                c.status, c.detail = "cannot verify", sanitise("the comparison raised", f"{type(e).__name__}: {e}", log)
+        out.append(c)
+    return out
 
 
 def _row_status(checks: list[CellCheck]) -> str:
@@ -336,6 +364,15 @@ def verify_entry(
                 trees.tree((rec.get("provenance") or {}).get("git_commit"))
 
         def one(item: tuple[RowKey, dict[str, Any]]) -> tuple[RowKey, CellCheck, Rerun | None]:
+            try:
+                return checked(item)
+            except Exception as e:  # noqa: BLE001 - every row gets a status; the report is always written
+                key, rec = item
+                c = CellCheck(rec["cell_id"], rec["record_id"], "cannot verify", "", row_id(key))
+                c.detail = sanitise("the check raised", f"{type(e).__name__}: {e}", log)
+                return key, c, None
+
+        def checked(item: tuple[RowKey, dict[str, Any]]) -> tuple[RowKey, CellCheck, Rerun | None]:
             key, rec = item
             kept = _kept_rerun(keep, rec)
             if progress:
@@ -353,29 +390,22 @@ def verify_entry(
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             results = list(pool.map(one, flat))
+        by_row: dict[RowKey, list[tuple[CellCheck, Rerun | None, dict[str, Any]]]] = {}
+        for (key, rec), (_, c, new) in zip(flat, results):
+            by_row.setdefault(key, []).append((c, new, rec))
+        # every other latest record of a row against the row's first good re-run, while the code trees
+        # are open: a comparison that is not exact may run the verifier's own seeds of the row lazily
+        others = {key: _other_seeds(key, by_row[key], [records[i] for i in all_rows.get(key, [])],
+                                    references[key], log) for key in by_row}  # fmt: skip
     finally:
         trees.close()
-    by_row: dict[RowKey, list[tuple[CellCheck, Rerun | None, dict[str, Any]]]] = {}
-    for (key, rec), (_, c, new) in zip(flat, results):
-        by_row.setdefault(key, []).append((c, new, rec))
     report_rows, cells, reruns = [], [], []
     for key in sorted(by_row):
         rid = row_id(key)
-        checks = [c for c, _, _ in by_row[key]]
+        checks = [c for c, _, _ in by_row[key]] + others[key]
         ok_reruns = [(new, rec) for c, new, rec in by_row[key] if c.ok and new is not None]
         rerun_ids = {rec["record_id"] for _, rec in ok_reruns}
         members = [records[i] for i in all_rows.get(key, [])]
-        for rec in members:  # every other latest record of the row: against the row's first good re-run
-            if rec["record_id"] in {r["record_id"] for _, _, r in by_row[key]}:
-                continue
-            c = CellCheck(rec["cell_id"], rec["record_id"], "cannot verify", "the row's re-run failed", rid, "row")
-            c.recorded_metric = rec.get("final_metric")
-            if ok_reruns:
-                try:
-                    _judge(c, rec, ok_reruns[0][0], same_seed=False, reference=references[key])
-                except VerifyError as e:
-                    c.detail = str(e)
-            checks.append(c)
         status = _row_status(checks)
         report_rows.append(
             {

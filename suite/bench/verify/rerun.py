@@ -29,6 +29,7 @@ from .sandbox import ENV_ALLOW, JAIL_DIR, Containment, Loopback, contained_run, 
 __all__ = [
     "Rerun",
     "SideChannel",
+    "NoRecord",
     "run_cell_contained",
     "config_for_rerun",
     "rerun_environment",
@@ -74,6 +75,10 @@ class Rerun:
 
 class SideChannel(VerifyError):
     """The re-run's loopback carried more than its counted wire and gloo's overhead (:mod:`.loopback`)."""
+
+
+class NoRecord(VerifyError):
+    """The re-run ended without an ``ok`` record of its cell: nothing to compare (and no count to audit)."""
 
 
 def _pinned_plugin(entry_dir: Path) -> tuple[str, str]:
@@ -212,6 +217,11 @@ def _jail_reads(tree: Path) -> list[str]:
     return sorted(p for p in paths if p)
 
 
+def _status_word(record: dict[str, Any]) -> str:
+    s = record.get("status")
+    return s if s in ("failed", "timeout") else "without a status"
+
+
 def _load_per_core() -> float:
     return round(os.getloadavg()[0] / max(1, usable_cpus()), 2)
 
@@ -239,7 +249,7 @@ def _once(record: dict[str, Any], tree: Path, commit: str, entry_dir: Path, time
         for line in proc.stdout.splitlines():
             if line.startswith(RECORD_TAG):
                 return json.loads(line[len(RECORD_TAG) :]), getattr(proc, "loopback", None)
-        raise VerifyError(
+        raise NoRecord(
             sanitise(f"the re-run produced no record (exit {proc.returncode})", proc.stderr or proc.stdout, log)
         )
 
@@ -264,6 +274,11 @@ def run_cell_contained(
         before = _load_per_core()
         new, lo = _once(record, tree, commit, entry_dir, time_limit_s, threads, box, log)
         after = _load_per_core()
+        if new.get("status") != "ok":  # its count stopped early: lo's traffic is no side channel's evidence
+            raise NoRecord(
+                sanitise(f"the re-run produced no ok record (its cell ended {_status_word(new)})",
+                         str(new.get("error") or ""), log)
+            )  # fmt: skip
         side, seen = audit(new, lo)
         if side:
             raise SideChannel(side)

@@ -55,7 +55,7 @@ def test_the_audit_holds_loopback_to_the_counted_wire_plus_glooss_overhead():
     assert seen["audited"] and seen["allowed"] == loopback.allowance(rec) < 8_000_000
     assert loopback.audit(rec, None) == ("", {"audited": False, "why": loopback.audit(rec, None)[1]["why"]})
     collective = _record(1000, 10, dp={"raw": 100, "wire": 100, "messages": 1})
-    assert loopback.audit(collective, side)[1]["audited"] is False  # collectives: not audited, said so
+    assert loopback.audit(collective, side)[1]["audited"] is True  # collectives are audited too (issue 45)
 
 
 PROBE = r"""
