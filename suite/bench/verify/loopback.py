@@ -23,7 +23,17 @@ from typing import Any
 
 from .sandbox import Loopback
 
-__all__ = ["counted", "processes", "replicas", "collective_factor", "allowance", "audit", "FIXED_BYTES_PER_PROCESS", "BYTES_PER_MESSAGE", "WIRE_SHARE"]
+__all__ = [
+    "counted",
+    "processes",
+    "replicas",
+    "collective_factor",
+    "allowance",
+    "audit",
+    "FIXED_BYTES_PER_PROCESS",
+    "BYTES_PER_MESSAGE",
+    "WIRE_SHARE",
+]
 
 # Measured on honest tiny and real cells (docs/reliability.md, "The loopback audit"), each at two to
 # four times the largest seen: the rendezvous (torchrun's TCP store, gloo's pair setup) per process,
