@@ -1,0 +1,117 @@
+"""Projection of a stage's compute and a compressor's codec work onto a hardware profile.
+
+The inputs of the time model's hardware and model-size axis (docs/ARCHITECTURE.md, "Hardware
+and model size"); the time model (``suite.results.network``) calls these and simulates the
+schedule. Units: FLOPs, bytes, seconds. Torch-free.
+
+* compute: ``flops / (peak x MFU)`` (:func:`project_compute_s`), the FLOPs counted per stage and
+  micro-batch by ``suite.pipeline.flops`` (``suite.results.model_sizes`` reads them);
+* codec: the compressor's time as a measured multiple of a copy of the same bytes, times the
+  copy's time on the profile (:func:`project_codec_s`, :func:`copy_s`);
+* wire bytes at another model size: the measured bytes scaled by the boundary's raw size
+  (:func:`scale_boundary_bytes`: the compression ratio is taken to hold).
+
+What is projected is time only: the quality and the steps to a target stay the measured tier's.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .hardware import HardwareError, HardwareProfile, get_hardware
+
+__all__ = [
+    "REFERENCE_PROFILE",
+    "project_compute_s",
+    "copy_bandwidth",
+    "copy_s",
+    "project_codec_s",
+    "codec_copy_multiple",
+    "scale_boundary_bytes",
+]
+
+REFERENCE_PROFILE = "h100-sxm"  # the profile whose copy floor was measured (its datasheet ratio transfers)
+
+
+def _mean_copy_rate(hw: HardwareProfile) -> float:
+    # (not statistics.fmean: the Streamlit app runs with leaderboard/ on sys.path, where
+    # `statistics` is leaderboard/statistics.py)
+    return sum(r.bandwidth_bytes_s for r in hw.copy_reference) / len(hw.copy_reference)
+
+
+def _positive(name: str, v: float, *, zero: bool = True) -> float:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v >= 0 if zero else v > 0)
+    if not ok:
+        raise ValueError(f"{name}={v!r} must be a finite number {'>= 0' if zero else '> 0'}")
+    return float(v)
+
+
+def project_compute_s(flops: float, hw: HardwareProfile, mfu: float | None = None) -> float:
+    """Seconds to do ``flops`` on ``hw`` at model FLOPs utilization ``mfu`` (None: the profile's
+    default): ``flops / (peak_bf16_flops x mfu)``. A calibrated profile's rate is already achieved
+    (its default MFU is 1)."""
+    _positive("flops", flops)
+    u = hw.default_mfu if mfu is None else mfu
+    if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0 < u <= 1:
+        raise ValueError(f"mfu={u!r} must be in (0, 1] (a fraction of the profile's peak)")
+    return flops / (hw.require("peak_bf16_flops") * u)
+
+
+def copy_bandwidth(hw: HardwareProfile) -> tuple[float, str]:
+    """The rate (bytes/s, a tensor's bytes counted once) at which ``hw`` copies a large tensor,
+    and where the figure comes from:
+
+    * a profile with measured copy floors (the H100's reference points): their mean rate;
+    * a calibrated profile: its measured copy (``memory_bandwidth_bytes_s``);
+    * another datasheet profile: its datasheet bandwidth x the reference profile's measured
+      floor / datasheet ratio (0.89 on the H100; assumed to transfer, not measured there).
+    """
+    if hw.copy_reference:
+        return _mean_copy_rate(hw), "measured copy floor"
+    bw = hw.require("memory_bandwidth_bytes_s")
+    if hw.measured:
+        return bw, "calibrated copy"
+    ref = get_hardware(REFERENCE_PROFILE)
+    ratio = _mean_copy_rate(ref) / ref.require("memory_bandwidth_bytes_s")
+    return bw * ratio, f"datasheet x {ratio:.3f} ({REFERENCE_PROFILE}'s measured floor / datasheet, assumed)"
+
+
+def copy_s(nbytes: float, hw: HardwareProfile) -> float:
+    """Seconds ``hw`` takes to copy a tensor of ``nbytes`` (its bytes counted once): the floor a
+    codec's multiple is measured against."""
+    return _positive("nbytes", nbytes) / copy_bandwidth(hw)[0]
+
+
+def project_codec_s(nbytes: float, copy_multiple: float, hw: HardwareProfile) -> float:
+    """Seconds a codec takes on ``hw`` for a tensor of ``nbytes`` raw bytes, given its time as
+    ``copy_multiple`` x a copy of the same bytes (measured on this machine or taken from a
+    profile's reference points): ``copy_multiple x copy_s(nbytes, hw)``."""
+    return _positive("copy_multiple", copy_multiple) * copy_s(nbytes, hw)
+
+
+def codec_copy_multiple(hw: HardwareProfile, tensor: str, kernel: str) -> tuple[float, float]:
+    """A reference codec's time / the copy floor of the same tensor (low, high), e.g.
+    ``codec_copy_multiple(h100, "LM boundary, 8x2048x2048 bf16", "fp16 cast")`` = (4.29, 4.29)."""
+    for ref in hw.copy_reference:
+        if ref.tensor == tensor:
+            for point in ref.codecs:
+                if point.kernel == kernel:
+                    return point.copy_multiple(ref.floor_s)
+            raise HardwareError(
+                f"{hw.name}: no reference codec {kernel!r} on {tensor!r}; valid: {', '.join(p.kernel for p in ref.codecs)}"
+            )
+    raise HardwareError(
+        f"{hw.name}: no reference tensor {tensor!r}; valid: {', '.join(r.tensor for r in hw.copy_reference) or 'none'}"
+    )
+
+
+def scale_boundary_bytes(measured_wire_bytes: float, measured_raw_bytes: float, target_raw_bytes: float) -> float:
+    """Wire bytes at another model size: ``measured_wire_bytes x target_raw / measured_raw``.
+
+    Assumes the compressor keeps its measured ratio (true of casts, quantizers and top-k at a
+    fixed ratio; a fixed-rank or fixed-k code would shrink relative to a larger tensor, so this
+    overstates its bytes). Raw bytes are the boundary tensor's (elements x element size) per
+    micro-batch, as ``suite.results.model_sizes`` lists them."""
+    _positive("measured_wire_bytes", measured_wire_bytes)
+    _positive("target_raw_bytes", target_raw_bytes)
+    return measured_wire_bytes * target_raw_bytes / _positive("measured_raw_bytes", measured_raw_bytes, zero=False)
