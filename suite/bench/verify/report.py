@@ -55,6 +55,7 @@ class CellCheck:
     detail: str
     row_id: str = ""
     kind: str = "re-run"  # "re-run": its own cell re-ran | "row": compared with the row's re-run
+    # | "held-out": the row's setup at the verifier's own seed, compared with the row's re-run
     compared_with: str = ""  # the record id of the re-run it was compared with
     mode: str = ""  # "exact" | "spread"
     commit: str = ""
@@ -168,7 +169,7 @@ def _other_seeds(
     """The checks of the row's latest records whose own cell did not re-run: each against the row's first
     good re-run (never raises: a comparison that cannot be made reads "cannot verify" with the reason)."""
     rid = row_id(key)
-    ok_reruns = [new for c, new, _ in done if c.ok and new is not None]
+    ok_reruns = [(new, rec) for c, new, rec in done if c.ok and new is not None]
     rerun_ids = {rec["record_id"] for _, _, rec in done}
     out = []
     for rec in members:
@@ -178,11 +179,23 @@ def _other_seeds(
         c.recorded_metric = rec.get("final_metric")
         if ok_reruns:
             try:
-                _judge(c, rec, ok_reruns[0], same_seed=False, reference=reference)
+                _judge(c, rec, ok_reruns[0][0], same_seed=False, reference=reference)
             except VerifyError as e:
                 c.status, c.detail = "cannot verify", str(e)
             except Exception as e:  # noqa: BLE001 - one comparison's surprise is its own verdict
                 c.status, c.detail = "cannot verify", sanitise("the comparison raised", f"{type(e).__name__}: {e}", log)
+        out.append(c)
+    spread = any(c.mode == "spread" for c in [*(c for c, _, _ in done), *out])
+    if spread and ok_reruns and isinstance(reference, RowReference):  # compared across seeds or classes
+        new, rec = ok_reruns[0]
+        c = CellCheck(rec["cell_id"], "", "cannot verify", "", rid, "held-out", mode="spread")
+        try:
+            held = reference.held_out(rec, new)
+            c.status, c.detail, c.record_id = held.status, held.detail, held.record_id or f"{rid}#held-out"
+            c.rerun_metric, c.reference = held.metric, reference.source
+        except Exception as e:  # noqa: BLE001 - its surprise is its own verdict
+            c.record_id = f"{rid}#held-out"
+            c.detail = sanitise("the held-out run raised", f"{type(e).__name__}: {e}", log)
         out.append(c)
     return out
 

@@ -1,26 +1,22 @@
-"""How far a re-run may be from a record: spreads from references the submitter cannot touch.
+"""How far a re-run may be from a record: spreads no entry can widen (issue 45).
 
-A tolerance is never taken from the entry's own records (a decoy row with wild seeds, or a one-seed
-row, used to widen it). The references, in order:
+Same machine class and torch build, same seed: bit for bit (:mod:`.report`, ``_exact``). Otherwise a
+quality field is held to the **maintainers' measured spread of the task and tier**
+(``suite/results/tier_spread.json`` of the judging tree, ``leaderboard.statistics.MEASURED_SPREAD``),
+per field widened only by the maintainers' own multi-seed run of the same setup (read from the judging
+tree's ``records/mpcbench-baselines``, :mod:`.trusted`), and **capped** at :data:`CAP_FACTOR` times the
+tier's spread: a bimodal setup of the maintainers does not open a window a forger can use. Byte counts
+are deterministic and held to :data:`BYTES_RTOL` (1 %), never wider. Nothing here is a function of the
+entry's records or of the entry's behaviour at any seed: the old fallback (the spread of seeds the
+verifier ran of the entry's own plugin) let a plugin that recognised the verifier's seeds (~1e9; recorded
+seeds are 0-2) answer them with noise and widen its own tolerance until a forged seed passed.
 
-1. the maintainers' own multi-seed runs of the same setup (task, tier, specs and run setup), read
-   from the judging tree (the base branch's ``records/mpcbench-baselines``, :mod:`.trusted`);
-2. else **seeds the verifier runs itself** (:func:`self_run_reference`): the row's setup re-run at
-   :data:`SELF_SEEDS` more seeds drawn from the verification's seed (:func:`self_seeds`; a fresh
-   ``secrets`` seed per verification, so the submitter cannot know them when recording), in the same
-   sandbox. The estimator is the sample std over the verifier's own runs of the setup (the row's
-   re-run plus the self-run seeds), per field; for the final metric never below the tier's measured
-   seed spread (``suite/results/tier_spread.json`` of the judging tree), and where the tier has none,
-   the sample std times :func:`upper_std_factor` (its one-sided 95 % upper confidence bound: three
-   runs give a std that is below the true one by half or more in one case of five, so the bare
-   sample std would fail honest rows).
+The verifier still runs a setup at a seed of its own (:func:`self_seeds`), as a **held-out check**, not
+as a tolerance (:mod:`.row_reference`): drawn from the same range and form as recorded seeds (0-99),
+unpredictably (from the verification's ``secrets`` seed); a plugin that tells it from a recorded one and
+misbehaves there only fails its own row.
 
-The old fallback, the largest spread among the maintainers' rows of the task, is gone: bimodal
-sparsifier rows made it 1.0 nat on shakespeare and 0.94 on wikitext2, wider than most differences
-between compressors, so a forged seed of a row passed it.
-
-No reference (no maintainers' run of the setup and the self-run seeds could not be run): the
-comparison across machines or seeds cannot be made ("cannot verify").
+No measured spread for the task and tier: a comparison that is not exact cannot be made ("cannot verify").
 """
 
 from __future__ import annotations
@@ -43,18 +39,21 @@ __all__ = [
     "reference_for",
     "maintainers_reference",
     "self_seeds",
-    "self_run_reference",
-    "upper_std_factor",
+    "tier_spread",
     "numeric_fields",
     "K_SPREAD",
+    "CAP_FACTOR",
+    "SEED_RANGE",
     "BYTES_RTOL",
     "MAINTAINERS_DIR",
     "SELF_SEEDS",
 ]
 
 K_SPREAD = 3.0  # within 3 standard deviations of a difference of two seeds
-SELF_SEEDS = 2  # the verifier's own extra seeds of a setup without the maintainers' multi-seed run
-BYTES_RTOL = 0.01  # data-dependent payload sizes follow the values: never tighter than 1 %
+SELF_SEEDS = 1  # the verifier's held-out seeds of a row compared across seeds (a check, never a tolerance)
+SEED_RANGE = 100  # recorded seeds are small integers: the verifier's look the same (0-99)
+CAP_FACTOR = 2.0  # no spread wider than twice the maintainers' measured spread of the task and tier
+BYTES_RTOL = 0.01  # byte counts are deterministic: within 1 %, never wider
 MAINTAINERS_DIR = COMMITTED_RECORDS / "mpcbench-baselines"  # of the tree this code runs from (the judge's)
 CURVE_FIELDS = ("metric", "metric_uncompressed", "train_loss")
 BYTE_FIELDS = ("bytes", "bytes_per_boundary", "eval_bytes", "wire_bytes_by_step")
@@ -140,90 +139,63 @@ def _maintainers(folder: str) -> dict[str, list[dict[str, Any]]]:
     return {k: v for k, v in by_setup.items() if len({r["seed"] for r in v}) >= 2}
 
 
+def tier_spread(record: dict[str, Any]) -> float | None:
+    """The maintainers' measured seed spread of the record's task and tier (metric units), or None."""
+    from leaderboard.statistics import MEASURED_SPREAD
+
+    measured = MEASURED_SPREAD.get((record.get("task"), record.get("tier")))
+    return measured.seed_std if measured is not None and measured.seed_std > 0 else None
+
+
+_METRIC_FIELDS = ("final_metric", "final_metric_uncompressed")
+
+
+def _metric_unit(name: str) -> bool:
+    return name in _METRIC_FIELDS or name.endswith((".metric", ".metric_uncompressed"))
+
+
 def maintainers_reference(record: dict[str, Any], maintainers_dir: str | None = None) -> Reference | None:
-    """The maintainers' multi-seed run of this record's setup as a reference, or None."""
+    """The maintainers' multi-seed run of this record's setup as a reference (capped like any), or None."""
     same = _maintainers(str(maintainers_dir or MAINTAINERS_DIR)).get(_setup(record))
-    if not same:
+    tier = tier_spread(record)
+    if not same or tier is None:
         return None
-    stds = _field_stds(same)
-    return Reference(stds.get("final_metric", 0.0), stds, f"the maintainers' {len(same)} seeds of this setup")
+    cap = CAP_FACTOR * tier
+    stds = {k: min(v, cap) if _metric_unit(k) else v for k, v in _field_stds(same).items()}
+    stds = {k: v for k, v in stds.items() if k in _quality_names(same[0])}  # bytes: 1 %, never a spread
+    final = min(max(stds.get("final_metric", 0.0), tier), cap)
+    return Reference(final, stds, f"the maintainers' {len(same)} seeds of this setup (capped at {cap:.4g})")
+
+
+def _quality_names(record: dict[str, Any]) -> set[str]:
+    return set(numeric_fields(record)[0])
 
 
 def reference_for(record: dict[str, Any], maintainers_dir: str | None = None) -> Reference:
-    """The maintainers' reference of this setup (:func:`maintainers_reference`), or VerifyError
-    saying that only seeds the verifier runs itself can give one."""
+    """The spread a comparison that is not exact is held to (module docstring), or VerifyError."""
     ref = maintainers_reference(record, maintainers_dir)
-    if ref is None:
+    if ref is not None:
+        return ref
+    tier = tier_spread(record)
+    if tier is None:
         raise VerifyError(
-            f"no trusted seed spread for {record.get('task')} / {record.get('tier')} (the maintainers have no "
-            "multi-seed run of this setup, and no seeds of the verifier's own were run)"
+            f"no trusted seed spread for {record.get('task')} / {record.get('tier')} (the maintainers measured "
+            "none for this task and tier): only a re-run on the recorded machine class can verify it"
         )
-    return ref
+    return Reference(tier, {}, f"the maintainers' measured spread of {record.get('task')} / {record.get('tier')}")
 
 
 def self_seeds(verification_seed: int, row: str, taken: set[int], n: int = 0) -> list[int]:
-    """``n`` (default :data:`SELF_SEEDS`) training seeds for the verifier's own runs of row ``row``:
-    drawn from the verification's seed and the row, none of the row's recorded seeds (``taken``)."""
+    """``n`` (default :data:`SELF_SEEDS`) training seeds for the verifier's held-out runs of row ``row``:
+    drawn from the verification's seed and the row, in the range recorded seeds come from
+    (0 .. :data:`SEED_RANGE` - 1, or up to the row's largest recorded seed), none of the row's (``taken``)."""
+    top = max([SEED_RANGE - 1, *(t for t in taken if 0 <= t < MAX_SEED)])
     out: list[int] = []
     i = 0
-    while len(out) < (n or SELF_SEEDS):
+    while len(out) < (n or SELF_SEEDS) and i < 100_000:
         digest = hashlib.sha256(f"{verification_seed}:{row}:self-seed:{i}".encode()).digest()
-        s = int.from_bytes(digest[:8], "big") % MAX_SEED
+        s = int.from_bytes(digest[:8], "big") % (top + 1)
         if s not in taken and s not in out:
             out.append(s)
         i += 1
     return out
-
-
-# one-sided 95 % quantiles of chi-square with k degrees of freedom (lower tail): the sample std of
-# k + 1 runs is below sigma * sqrt(q / k) in 5 % of cases
-_CHI2_LOWER_05 = {1: 0.00393, 2: 0.1026, 3: 0.3518, 4: 0.7107, 5: 1.1455, 6: 1.6354, 7: 2.1673, 8: 2.7326}
-
-
-def upper_std_factor(n: int) -> float:
-    """The factor that makes the sample std of ``n`` runs a 95 % upper bound of the true std."""
-    k = max(1, n - 1)
-    return math.sqrt(k / _CHI2_LOWER_05.get(k, max(0.5, k - 1.645 * math.sqrt(2 * k))))
-
-
-def _task_ceiling(record: dict[str, Any], maintainers_dir: str | None) -> float | None:
-    """The largest final-metric spread among the maintainers' multi-seed setups of the record's task and tier."""
-    task = (record.get("task"), record.get("tier"))
-    stds = [
-        _field_stds(v).get("final_metric", 0.0)
-        for v in _maintainers(str(maintainers_dir or MAINTAINERS_DIR)).values()
-        if (v[0].get("task"), v[0].get("tier")) == task
-    ]
-    return max(stds) if stds else None
-
-
-def self_run_reference(
-    record: dict[str, Any], runs: list[dict[str, Any]], maintainers_dir: str | None = None
-) -> Reference:
-    """The spread of the verifier's own runs of ``record``'s setup (module docstring), or VerifyError.
-
-    A plugin can tell a seed it was not recorded at and answer it with noise, to widen the spread
-    its recorded seeds are held to: a spread wider than any of the maintainers' setups of the task
-    (when they have one) is not used ("cannot verify")."""
-    from leaderboard.statistics import MEASURED_SPREAD
-
-    ok = [r for r in runs if r.get("status") == "ok"]
-    seeds = sorted(int(r["seed"]) for r in ok if isinstance(r.get("seed"), int))
-    what = f"{record.get('task')} / {record.get('tier')}"
-    if len(set(seeds)) < 2:
-        raise VerifyError(f"no trusted seed spread for {what}: fewer than two of the verifier's own seeds ended ok")
-    stds = _field_stds(ok)
-    sample = stds.get("final_metric", 0.0)
-    ceiling = _task_ceiling(record, maintainers_dir)
-    if ceiling is not None and sample > ceiling:
-        raise VerifyError(
-            f"the verifier's own seeds of this setup spread {sample:.4g}, more than any of the maintainers' setups "
-            f"of {what} ({ceiling:.4g}): too noisy to hold a record to"
-        )
-    measured = MEASURED_SPREAD.get((record.get("task"), record.get("tier")))
-    if measured is not None and measured.seed_std > 0:
-        final, floor = max(sample, measured.seed_std), f"at least the tier's measured {measured.seed_std:.4g}"
-    else:
-        final, floor = sample * upper_std_factor(len(ok)), f"x{upper_std_factor(len(ok)):.2f}, its 95 % upper bound"
-    names = ", ".join(map(str, seeds))
-    return Reference(final, stds, f"the verifier's own seeds {names} of this setup (std {sample:.4g}, {floor})")
