@@ -28,6 +28,7 @@ BUILTIN_LABELS = {
     "topk": "top-k 10%",
     "randomk": "random-k 10%",
     "threshold": "threshold 1%",
+    "dgc": "DGC 0.1%",
     "powersgd": "PowerSGD r4",
     "ae": "autoencoder 1/8",
     "subspace": "subspace",

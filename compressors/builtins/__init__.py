@@ -1,6 +1,17 @@
 """Built-in compressors, one family per module. Importing this package registers them all."""
 
-from . import aqsgd, autoencoder, baseline, error_feedback, floats, powersgd, quantization, sparsification, subspace  # noqa: F401 (imported to register the built-ins)
+from . import (  # noqa: F401 (imported to register the built-ins)
+    aqsgd,
+    autoencoder,
+    baseline,
+    dgc,
+    error_feedback,
+    floats,
+    powersgd,
+    quantization,
+    sparsification,
+    subspace,
+)
 
 __all__ = [
     "baseline",
@@ -11,5 +22,6 @@ __all__ = [
     "aqsgd",
     "autoencoder",
     "error_feedback",
+    "dgc",
     "subspace",
 ]

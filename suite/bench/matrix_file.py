@@ -47,6 +47,8 @@ SETTING_KEYS = {
     "eval_uncompressed": "eval_uncompressed",
     "steps": "steps",
     "sync": "sync",  # data-parallel synchronization: step or outer(h=8, ...) (suite.pipeline.sync)
+    "optimizer": "optimizer",  # None: the task's own; sgd(momentum=M, clip=C) (suite.pipeline.optimizer)
+    "lr": "lr",  # the cell's peak learning rate (None: the tier's)
     "device": "device",  # a tier's default device (the gpu tier: cuda); --device overrides it
 }
 TIER_KEYS = ("description", "tasks", "seeds", "compressors", "cell_timeout_s", "settings", "rounds")

@@ -268,6 +268,14 @@ RUN_OPTIONS: tuple[Option, ...] = (
     ),
     Option("--steps", "steps", int, cell="steps", help="override the tier's step count"),
     Option(
+        "--optimizer",
+        "optimizer",
+        cell="optimizer",
+        help="the optimizer instead of the task's own: 'sgd(momentum=0.9, clip=1.0)' (momentum SGD, gradient "
+        "clipped to that 2-norm; with dgc as the --dp code the momentum and clip move into the code)",
+    ),
+    Option("--lr", "lr", float, cell="lr", help="the peak learning rate (default: the tier's)"),
+    Option(
         "--sync",
         "sync",
         cell="sync",
@@ -382,6 +390,8 @@ class Selection:
     schedule: str | None = None
     microbatches: int | None = None
     steps: int | None = None
+    optimizer: str | None = None
+    lr: float | None = None
     sync: str | None = None
     nnodes: int | None = None
     node_rank: int | None = None

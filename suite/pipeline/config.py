@@ -73,6 +73,9 @@ class CellConfig:
         sync: how data-parallel replicas synchronize (``suite.pipeline.sync``): every step (default)
             or a DiLoCo-style outer loop, ``DPSync(mode="outer", h=8)`` (a string such as
             ``"outer(h=8)"`` is parsed on construction).
+        optimizer: None trains with the task's optimizer; ``"sgd(momentum=0.9, clip=1.0)"`` with momentum
+            SGD (``suite.pipeline.optimizer``; with DGC as the dp code the momentum and clip move into it).
+        lr: the peak learning rate (None: the tier's), e.g. one point of a learning-rate sweep.
     """
 
     task: str
@@ -99,6 +102,8 @@ class CellConfig:
     rdzv_endpoint: str | None = None
     link: str | None = None
     sync: DPSync = field(default_factory=DPSync)
+    optimizer: str | None = None
+    lr: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.sync, DPSync):  # a string from the CLI, a matrix entry or a stored config
@@ -107,7 +112,7 @@ class CellConfig:
     # fields that do not change what is measured: excluded from the cell key
     _NON_IDENTITY = ("data_dir", "time_limit_s", "comm_timeout_s", "check_consistency", "node_rank", "rdzv_endpoint")
     # fields left out of the identity at their default, so older records keep their keys
-    _IDENTITY_IF_SET = {"nnodes": 1, "link": None, "tp": 1, "sync": "step"}
+    _IDENTITY_IF_SET = {"nnodes": 1, "link": None, "tp": 1, "sync": "step", "optimizer": None, "lr": None}
 
     def resolve(self) -> tuple[CellConfig, ResolvedPlan]:
         """Check every field and resolve the plan once (:func:`suite.pipeline.plan.resolve_plan`).
@@ -175,7 +180,30 @@ class CellConfig:
             )
         nnodes = self._check_hosts(n)
         resolved = resolve_plan(self.plan, cls, n, self.dp, self.tp, outer=self.sync.outer)
-        return replace(self, plan=resolved.plan, nnodes=nnodes), resolved
+        optimizer = self._check_optimizer(resolved.plan.dp, n)
+        lr = None if self.lr is None else float(self.lr)  # 1 and 1.0 are one cell
+        return replace(self, plan=resolved.plan, nnodes=nnodes, optimizer=optimizer, lr=lr), resolved
+
+    def _check_optimizer(self, dp_spec: str, n_stages: int) -> str | None:
+        """Validate ``lr`` and ``optimizer`` (with the dp code it runs beside); the optimizer's canonical text."""
+        from .optimizer import MOMENTUM_CODES, parse_optimizer
+
+        if self.lr is not None and (
+            isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not 0 < self.lr < 100
+        ):
+            raise ConfigError(f"lr={self.lr!r} must be a number in (0, 100)")
+        if self.optimizer is None:
+            from compressors.spec import parse_spec
+
+            if parse_spec(dp_spec).name in MOMENTUM_CODES:
+                raise ConfigError(
+                    f"dp code {dp_spec} applies momentum SGD's momentum itself: give the optimizer, "
+                    "e.g. --optimizer 'sgd(momentum=0.9)'"
+                )
+            return None
+        opt = parse_optimizer(self.optimizer)
+        opt.check_code(dp_spec, n_stages, self.tp, self.compress_warmup_steps)
+        return str(opt)
 
     def validate(self) -> CellConfig:
         """Check names and ranges, resolve the plan; return the config with canonical compressor specs.

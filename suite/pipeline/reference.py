@@ -18,7 +18,7 @@ import torch
 from tasks import build_task
 from tasks.standalone import UnsplitRun, run_unsplit
 
-from .config import CellConfig
+from .config import CellConfig, ConfigError
 from .trainer import resolve_device
 
 __all__ = ["UnsplitRun", "train_unsplit"]
@@ -28,6 +28,10 @@ def train_unsplit(config: CellConfig) -> UnsplitRun:
     """Train ``config``'s task and stages as one model in this process (no evaluation; every
     step timed)."""
     cfg = config.validate()
+    if cfg.optimizer is not None or cfg.lr is not None:
+        raise ConfigError(
+            "the unsplit reference trains with the task's optimizer at the tier's rate; drop optimizer / lr"
+        )
     device = resolve_device(cfg.device)
     task = build_task(cfg.task, cfg.tier, seed=cfg.seed, data_dir=cfg.data_dir)
     if cfg.steps is not None:

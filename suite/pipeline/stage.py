@@ -166,6 +166,7 @@ class Stage:
         self.autocast_dtype = autocast_dtype  # bf16 tiers: forward + loss under torch.autocast
         self.tp = tp  # TPGroup of this stage's tensor-parallel reductions (tp > 1), told each micro-batch
         self.optimizer: torch.optim.Optimizer | None = None
+        self.clip_norm = 0.0  # > 0: the gradient's global 2-norm is clipped to it before each step (suite.pipeline.optimizer)
         self.scheduler: Any = None
         self.step_losses: list[Tensor] = []  # last stage: unscaled loss of each micro-batch
         self._saved: dict[int, tuple[Any, Received | None]] = {}
@@ -245,6 +246,8 @@ class Stage:
         self.sync.after_backward(self.compressor_parameters())
         assert self.optimizer is not None
         with self.clock.section("optimizer"):
+            if self.clip_norm > 0:
+                torch.nn.utils.clip_grad_norm_(self.parameters(), self.clip_norm)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             if self.scheduler is not None:

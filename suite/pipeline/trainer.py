@@ -29,6 +29,7 @@ from .accounting import ByteMeter
 from .boundary import Micro, ReceiverEnd, SenderEnd
 from .config import CellConfig, ConfigError
 from .errors import RunTimeout
+from .optimizer import parse_optimizer
 from .placement import Placement
 from .plan import resolve_plan
 from .stage import GradSync, Stage, keep_stage_rng
@@ -104,7 +105,10 @@ def train(
     )
     if cfg.steps is not None:
         task.budget = replace(task.budget, steps=cfg.steps)
+    if cfg.lr is not None:  # the cell's own rate (a sweep's point); the task's schedule shapes it
+        task.budget = replace(task.budget, lr=cfg.lr)
     budget = task.budget
+    optimizer = None if cfg.optimizer is None else parse_optimizer(cfg.optimizer).for_code(plan.plan.dp)
     try:
         M = budget.resolve_microbatches(cfg.microbatches)
     except TaskError as e:
@@ -210,7 +214,11 @@ def train(
             autocast_dtype=budget.autocast_dtype,
             tp=tp,
         )
-        stage.optimizer = task.make_optimizer(stage.parameters())
+        if optimizer is None:
+            stage.optimizer = task.make_optimizer(stage.parameters())
+        else:
+            stage.optimizer = optimizer.build(stage.parameters(), budget.lr)
+            stage.clip_norm = optimizer.clip
         stage.scheduler = task.make_scheduler(stage.optimizer)
         stages[s] = stage
     last = stages.get(S - 1)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import astuple, dataclass
 from typing import Any, Mapping, Sequence
 
@@ -115,10 +116,19 @@ def setup_label(record: Mapping[str, Any]) -> str:
     parts.append(f"sync {sync}" if sync and sync != "step" else "")  # DiLoCo-style outer loop
     parts.append(f"{steps} steps" if steps else "")
     parts.append(f"warm-up {warmup}" if warmup else "")
+    parts.append(_optimizer_words(cfg.get("optimizer"), cfg.get("lr")))  # the optimizer and rate when not the task's
     hosts, link = _pos_int(cfg.get("nnodes")), _word(cfg.get("link"))
     parts.append(f"{hosts} hosts" if hosts and hosts > 1 else "")
     parts.append(f"link {link}" if link else "")  # an emulated link is another experiment
     return ", ".join(p for p in parts if p)
+
+
+def _optimizer_words(optimizer: Any, lr: Any) -> str:
+    """``sgd(momentum=0.9, clip=1)`` at lr 0.3 -> ``"sgd momentum 0.9 clip 1 lr 0.3"``: one part of
+    the label without its separator (", "); "" for the task's own optimizer at the tier's rate."""
+    words = " ".join(re.sub(r"[(),=]", " ", optimizer).split()) if isinstance(optimizer, str) else ""
+    rate = f"lr {lr:g}" if isinstance(lr, (int, float)) and not isinstance(lr, bool) else ""
+    return " ".join(w for w in (words, rate) if w)
 
 
 _SETUP_CONFIG_KEYS = (
@@ -134,6 +144,8 @@ _SETUP_CONFIG_KEYS = (
     "nnodes",
     "link",
     "sync",
+    "optimizer",
+    "lr",
 )
 
 
