@@ -1,0 +1,124 @@
+"""Seed 002's data-parallel rows under momentum SGD, DGC's own setting (issue 46): a learning-rate
+sweep on a seed that is never judged, then the judged seeds of each arm at its own best rate.
+
+    python benchmarks/dp_momentum_plateau.py --store results/dp-momentum.jsonl [--dry-run]
+
+Arms (2 replicas of shakespeare unsplit, 600 steps, the plateau tier; ~45x where compressed):
+``none``, top-k without error feedback, top-k with it, and DGC as published (momentum correction
+and masking, local clipping, sparsity warm-up over the first 60 steps, 10 % of training). All
+run ``sgd(momentum=0.9, clip=1.0)``; under DGC the momentum and the clip live in the code.
+
+The rule, fixed before any sweep cell ran: each arm runs each rate of RATES at SWEEP_SEED; its
+judged rate is the one whose final validation loss there is lowest (a failed or non-finite run
+counts as the worst; a tie goes to the smaller rate). The choice is written to ``--choice``
+(JSON) before any judged cell starts, and the judged seeds then run seed by seed across the arms
+(seed 0 of every arm, then seed 1, ...), so whatever has finished is paired.
+
+Each cell is one job of the fair queue (``benchmarks/cpuq.py --both``: two replicas, two
+processes) appending to ``--store``; a cell already in the store is skipped, so rerunning the same
+command resumes. Run it from a clean checkout (the records carry the commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+ARMS = {
+    "none": "none",
+    "topk": "topk(ratio=0.015)",
+    "ef-topk": "ef(topk(ratio=0.015))",
+    "dgc": "dgc(ratio=0.015, clip=1.0, warmup_steps=60)",
+}
+OPTIMIZER = "sgd(momentum=0.9, clip=1.0)"
+RATES = (0.1, 0.3, 1.0)
+SWEEP_SEED = 100
+JUDGED_SEEDS = (0, 1, 2, 3, 4)
+SETTINGS = ["--tier", "plateau", "--task", "shakespeare", "--dp-size", "2", "--stages", "1", "--steps", "600"]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def command(arm: str, lr: float, seed: int, store: str) -> list[str]:
+    """The ``mpcbench run`` command of one cell."""
+    dp = [] if ARMS[arm] == "none" else ["--dp", ARMS[arm]]
+    return [
+        sys.executable, "-m", "suite", "run", *SETTINGS, "--compressor", "none", *dp,
+        "--optimizer", OPTIMIZER, "--lr", f"{lr:g}", "--seeds", f"{seed}:{seed + 1}", "--no-baseline",
+        "--results", store,
+    ]  # fmt: skip
+
+
+def queued(arm: str, lr: float, seed: int, store: str) -> list[str]:
+    """The same command as one job of the fair queue."""
+    name = f"h46:{arm}-lr{lr:g}-s{seed}"
+    return [
+        sys.executable,
+        str(ROOT / "benchmarks" / "cpuq.py"),
+        "--both",
+        "--name",
+        name,
+        "--",
+        *command(arm, lr, seed, store),
+    ]
+
+
+def final_loss(store: Path, arm: str, lr: float, seed: int) -> float:
+    """The stored cell's final validation loss; inf when it failed or is missing."""
+    best = math.inf
+    if not store.exists():
+        return best
+    for line in store.read_text().splitlines():
+        r = json.loads(line)
+        cfg = r.get("config") or {}
+        if (
+            r.get("seed") == seed
+            and cfg.get("lr") == lr
+            and (r.get("specs") or {}).get("dp") == ARMS[arm]
+            and r.get("status") == "ok"
+            and isinstance(r.get("final_metric"), (int, float))
+            and math.isfinite(r["final_metric"])
+        ):
+            best = float(r["final_metric"])  # the latest record of the cell
+    return best
+
+
+def choose(store: Path) -> dict[str, float]:
+    """The rule above: per arm, the rate with the lowest final loss at SWEEP_SEED (ties: the smaller)."""
+    return {arm: min(RATES, key=lambda lr: (final_loss(store, arm, lr, SWEEP_SEED), lr)) for arm in ARMS}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--store", required=True, help="the results store (JSON Lines), appended to")
+    ap.add_argument("--choice", default=None, help="where the chosen rates go (default: STORE.choice.json)")
+    ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    a = ap.parse_args()
+    store = Path(a.store).resolve()
+    choice_path = Path(a.choice) if a.choice else store.with_suffix(".choice.json")
+    sweep = [(arm, lr, SWEEP_SEED) for arm in ARMS for lr in RATES]
+    for cell in sweep:
+        if a.dry_run:
+            print(" ".join(command(*cell, str(store))))
+        else:
+            subprocess.run(queued(*cell, str(store)), cwd=ROOT, check=False)
+    if a.dry_run:
+        print(f"then, per arm, the judged seeds {JUDGED_SEEDS} at the rate chosen by the rule")
+        return 0
+    rates = choose(store)
+    losses = {arm: {f"{lr:g}": final_loss(store, arm, lr, SWEEP_SEED) for lr in RATES} for arm in ARMS}
+    choice_path.write_text(json.dumps({"rule": "lowest final validation loss at the sweep seed; ties: smaller rate",
+                                       "sweep_seed": SWEEP_SEED, "optimizer": OPTIMIZER, "codes": ARMS,
+                                       "losses": losses, "chosen": rates}, indent=1) + "\n")  # fmt: skip
+    print(f"chosen rates: {rates} ({choice_path})", flush=True)
+    for seed in JUDGED_SEEDS:
+        for arm in ARMS:
+            subprocess.run(queued(arm, rates[arm], seed, str(store)), cwd=ROOT, check=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
