@@ -34,7 +34,7 @@ import hashlib
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Hashable, Iterator
+from typing import Hashable, Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -139,14 +139,26 @@ def _check_payload(payload: object, comp: Compressor, info: TensorInfo) -> Paylo
     return payload
 
 
-def _check_output(x: object, comp: Compressor, info: TensorInfo, what: str = "decompress") -> Tensor:
-    """The decoded tensor must match the original's shape, dtype and device exactly."""
+def _check_output(
+    x: object, comp: Compressor, info: TensorInfo, what: str = "decompress", payload: Sequence[Tensor] = ()
+) -> Tensor:
+    """The decoded tensor must match the original's shape, dtype and device exactly; given the
+    ``payload`` it was decoded from, NaN/Inf decoded from a finite payload are the decoder's own
+    (named here, at this boundary, not as the next stage's diverged input)."""
     if not isinstance(x, Tensor) or x.shape != info.shape or x.dtype != info.dtype or not _same_device(x, info.device):
         got = f"{tuple(x.shape)} {x.dtype} on {x.device}" if isinstance(x, Tensor) else type(x).__name__
         raise CompressorError(
             f"{comp.spec or comp.name}: {what} returned {got}, expected {tuple(info.shape)} {info.dtype} "
             f"on {info.device} (at {info.role.value} boundary {info.boundary} step {info.step})"
         )
+    # one reduction in the common case; the payload is looked at only when the output is not finite
+    if payload and x.is_floating_point() and not bool(torch.isfinite(x.detach()).all()):
+        if all(bool(torch.isfinite(t.detach()).all()) for t in payload if t.is_floating_point()):
+            bad = int((~torch.isfinite(x.detach())).sum())
+            raise CompressorError(
+                f"{comp.spec or comp.name}: {what} returned {bad} non-finite value(s) (NaN/Inf) of {x.numel()} "
+                f"from a finite payload (at {info.role.value} boundary {info.boundary} step {info.step})"
+            )
     return x
 
 
@@ -323,7 +335,7 @@ class SenderEnd(_End):
         info = self.info(TensorRole.ACTIVATION_GRAD, micro, shape, dtype)
         twin_input = self._twin_input(comp, payload)
         with self.clock.section("compress"), torch.no_grad():
-            g = _check_output(comp.decompress(payload, info), comp, info)
+            g = _check_output(comp.decompress(payload, info), comp, info, payload=payload)
         self._check_twin(comp, twin_input, info, g)
         if not sent.differentiable:
             return sent.roots, (g,)
@@ -349,11 +361,11 @@ class ReceiverEnd(_End):
         if self.differentiable(micro):
             leaves = tuple(t.requires_grad_() if _carries_grad(t) else t for t in payload)
             with self.clock.section("compress"):
-                x = _check_output(comp.decompress(leaves, info), comp, info)
+                x = _check_output(comp.decompress(leaves, info), comp, info, payload=leaves)
             return x, Received(tuple(t for t in leaves if _carries_grad(t)), shape, dtype, True)
         twin_input = self._twin_input(comp, payload)
         with self.clock.section("compress"), torch.no_grad():
-            x = _check_output(comp.decompress(payload, info), comp, info)
+            x = _check_output(comp.decompress(payload, info), comp, info, payload=payload)
         self._check_twin(comp, twin_input, info, x)
         x = x.detach().requires_grad_(micro.training and torch.is_grad_enabled())
         return x, Received((x,), shape, dtype, False)

@@ -325,7 +325,7 @@ class CompressedReduce:
             # any other may be the compressor's own (state, a cache) and is summed in a copy
             summed = tuple(self._all_reduce(t if _aliases(t, x) else t.clone(), unit) for t in payload)
             with self.clock.section("compress"):
-                mean = _check_output(comp.decompress(summed, info), comp, info)
+                mean = _check_output(comp.decompress(summed, info), comp, info, payload=summed)
                 return mean.div_(d) if _aliases(mean, x) else mean / d  # the bucket itself (none): no copy
         self.meter.record(dp_key(self.stage, "allgather"), raw, 0, messages=0)
         self._seq.wait_turn(unit)
@@ -334,7 +334,7 @@ class CompressedReduce:
             total = torch.zeros_like(x)
             for f in frames:
                 p, _, _ = unframe(f)
-                total += _check_output(comp.decompress(p, info), comp, info)
+                total += _check_output(comp.decompress(p, info), comp, info, payload=p)
             return total / d
 
     def average(self, params: list[nn.Parameter]) -> None:

@@ -244,7 +244,7 @@ class TPGroup:
                 comp = self._comp(site, direction, "recv", j, src, micro=micro)
                 info = self._info(direction, site, micro, shape, dtype, src)
                 with self.clock.section("compress"), torch.no_grad():
-                    x = _check_output(comp.decompress(payload, info), comp, info)
+                    x = _check_output(comp.decompress(payload, info), comp, info, payload=payload)
                 total = x.clone() if total is None else total.add_(x)
             out = total if out is None else out
         assert out is not None
@@ -267,7 +267,7 @@ class TPGroup:
                 comp = self._comp(site, "forward", "recv", j, src, micro=micro)
                 info = self._info("forward", site, micro, shape, dtype, src)
                 with self.clock.section("compress"):
-                    x = _check_output(comp.decompress(payload, info), comp, info)
+                    x = _check_output(comp.decompress(payload, info), comp, info, payload=payload)
                 total = x if total is None else total + x
             sums.append(total)
         # single mode: the value is rank 0's; each simulated rank's sum carries the gradient into its own graph

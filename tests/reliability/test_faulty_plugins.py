@@ -64,7 +64,15 @@ FAULT_CASES: dict[str, tuple[str, list[str], dict, dict]] = {
         {},
         {},
     ),
-    "fault_nan": ("failed", ["invalid result: training loss at step", "is not finite (nan)"], {}, {}),
+    "fault_nan": (  # named at the boundary whose decoder made it, not as the next stage's diverged input
+        "failed",
+        [
+            "CompressorError: fault_nan: decompress returned 128 non-finite value(s) (NaN/Inf) of 128 from a finite "
+            "payload (at activation boundary 0 step 0)"
+        ],
+        {},
+        {},
+    ),
     "fault_wrong_device": (
         "failed",
         ["CompressorError: fault_wrong_device: compress returned payload tensor 0 on device meta, expected cpu"],

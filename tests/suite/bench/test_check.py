@@ -217,3 +217,38 @@ def test_generic_tests_run_on_a_file_plugin_with_plain_pytest(tmp_path, runner):
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     assert "passed" in r.stdout.splitlines()[-1] and "error" not in r.stdout.splitlines()[-1]
+
+
+ONE_NAN = """
+import torch
+from compressors import Compressor, check_finite, register
+
+
+@register("onenan")
+class OneNaN(Compressor):
+    \"\"\"fp16 on the wire; the decoder writes one NaN.\"\"\"
+
+    def compress(self, x, info):
+        check_finite(x, info, self.name)
+        return (x.detach().to(torch.float16),)
+
+    def decompress(self, payload, info):
+        y = payload[0].to(info.dtype).clone()
+        if y.numel():
+            y.view(-1)[0] = float("nan")
+        return y
+"""
+
+
+def test_check_reports_one_nan_in_decompress_once_and_names_what_it_skips(tmp_path):
+    """One bug, one failure: the clauses that meet the same NaN are skipped naming it (they were 15 failures)."""
+    (tmp_path / "onenan.py").write_text(ONE_NAN)
+    r = _check("onenan.py", cwd=tmp_path)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr
+    failed = [ln for ln in r.stdout.splitlines() if ln.startswith("FAILED ")]
+    assert len(failed) == 1, "\n".join(failed)
+    assert r.stdout.count("onenan: decompress returned 1 non-finite value(s) (NaN/Inf) of ") == 1, r.stdout[-3000:]
+    first = failed[0].split("::")[1].split(" ")[0]
+    skips = [ln for ln in r.stdout.splitlines() if " SKIPPED " in ln and "::" in ln]
+    assert len(skips) >= 10, r.stdout[-3000:]  # the clauses that met the same NaN, each listed
+    assert f"skipped, depends on 'decompress returned NaN/Inf' (reported in {first})" in r.stdout

@@ -217,6 +217,41 @@ def test_bad_configs_and_plugins_fail_with_one_line_errors(tiny_cell, restore_re
         run(tiny_cell(time_limit_s=1e-9))
 
 
+class _NaNAtBoundary0(Compressor):
+    """Sends the tensor as is; the decoder of boundary 0 writes one NaN (a broken plugin)."""
+
+    def compress(self, x, info):
+        return (x.detach().contiguous(),)
+
+    def decompress(self, payload, info):
+        y = payload[0].clone()
+        if info.boundary == 0:
+            y.view(-1)[0] = float("nan")
+        return y
+
+
+def test_a_nan_from_decompress_is_named_at_its_boundary(tiny_cell, restore_registry):
+    """It was reported as the next stage's diverged input activation at boundary 1."""
+    register("test_nan_b0")(_NaNAtBoundary0)
+    with pytest.raises(
+        CompressorError,
+        match=r"test_nan_b0: decompress returned 1 non-finite value\(s\) \(NaN/Inf\) of 128 from a finite payload "
+        r"\(at activation boundary 0 step 0\)",
+    ):
+        run(tiny_cell(plan="test_nan_b0", stages=3))
+
+
+def test_non_finite_values_a_payload_carried_are_not_the_decoders():
+    """A diverged input passed through exactly (``none``) is not blamed on the decoder."""
+    x = torch.ones(4, 32)
+    x[0, 0] = float("nan")
+    comp = build("none")
+    info = TensorInfo(TensorRole.ACTIVATION, 0, 0, 0, x.shape, x.dtype, x.device)
+    assert boundary_mod._check_output(comp.decompress((x,), info), comp, info, payload=(x,)) is not None
+    with pytest.raises(CompressorError, match="from a finite payload"):
+        boundary_mod._check_output(x, comp, info, payload=(torch.ones(4, 32),))
+
+
 def test_run_result_is_complete_and_consistent(tiny_cell):
     r = run(tiny_cell(plan="fp8", stages=3, tier="quick", schedule="gpipe"))
     assert (r.steps, r.n_stages, r.dp, r.microbatches, r.schedule, r.mode, r.device) == (
