@@ -502,10 +502,13 @@ def _sidebar(frame: pd.DataFrame, shown: pd.DataFrame, stores: list[str], record
         if note:
             st.info(notice_text(note))  # the URL's ?entry= is anyone's text: never markdown
     rules = list(ranking.RULES)
+    # the report's rule, unless no record has modeled times for it to rank
+    no_times = not ranking.network_profiles(frame)
+    default_rule = next((r for r in rules if not ranking.RULES[r].needs_network), rules[0]) if no_times else ranking.DEFAULT_RULE
     rule = sb.selectbox(
         "Ranking rule",
         rules,
-        index=rules.index(_url_default("rule", rules, rules[0])),
+        index=rules.index(_url_default("rule", rules, default_rule)),
         format_func=lambda r: ranking.RULES[r].title,
         key="rule",
     )

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from leaderboard.frame import BASELINE, BYTE_DIRECTIONS, DIRECTIONS, MAINTAINERS, machine_label, setup_label, to_frame
 from leaderboard.networks import Link, network_profiles, profile_bandwidth_bps, remodel
-from leaderboard.rules import QUALITIES, RULES, Rule, pareto_front, pareto_ranks, rank
+from leaderboard.rules import DEFAULT_RULE, QUALITIES, RULES, Rule, pareto_front, pareto_ranks, rank
 from leaderboard.statistics import (
     GROUP,
     MEASURED_SPREAD,
@@ -42,6 +42,7 @@ __all__ = [
     "N_TOO_SMALL",
     "QUALITIES",
     "RULES",
+    "DEFAULT_RULE",
     "Rule",
     "Link",
     "SeedSpread",

@@ -24,7 +24,7 @@ import pandas as pd
 from leaderboard.crossover import crossover_text, crossovers, time_to_target_by_bandwidth
 from leaderboard.frame import view_target
 from leaderboard.networks import network_profiles
-from leaderboard.rules import RULES
+from leaderboard.rules import DEFAULT_RULE, RULES
 from leaderboard.safe_text import markdown_cell, plain
 from leaderboard.statistics import MEASURED_SPREAD, aggregate, minimal_detectable_difference
 from leaderboard.views import display_table
@@ -51,7 +51,7 @@ FORMATS = ("text", "markdown", "csv")
 class ReportOptions:
     """What ``mpcbench report`` shows: the rule, its controls, and the output format."""
 
-    rule: str = "time_to_target"
+    rule: str = DEFAULT_RULE
     network: str | None = None  # None: 1Gbps if present, else the middle profile
     direction: str = "total"
     min_ratio: float | None = None
@@ -325,7 +325,7 @@ def summary_table(frame: pd.DataFrame, cell_keys: set[str], network: str | None 
     network = network or default_network(frame)
     groups = ran[["task", "tier"]].drop_duplicates()
     sub = frame.merge(groups, on=["task", "tier"])
-    ranked = rank_by_setup(RULES["time_to_target"], aggregate(sub), network=network)
+    ranked = rank_by_setup(RULES[DEFAULT_RULE], aggregate(sub), network=network)
     wanted = set(map(tuple, ran[["task", "tier", "entry", "compressor", "setup"]].astype(str).values))
     parts = []
     for (task, tier), g in ranked.groupby(["task", "tier"], sort=True):

@@ -34,6 +34,7 @@ __all__ = [
     "TimeToTarget",
     "ParetoRank",
     "RULES",
+    "DEFAULT_RULE",
     "rank",
     "pareto_ranks",
     "pareto_front",
@@ -182,10 +183,15 @@ class Rule:
         out["quality"] = out[col] if col in out else np.nan
         sign = np.where(out["higher_is_better"].astype(bool), -1.0, 1.0)  # smaller key = better
         quality_key = pd.Series(out["quality"].to_numpy(float) * sign, index=out.index)
+        # rows with fewer seeds than the tier was designed for rank after every row that has them,
+        # in every rule: one seed can lead only where nothing better established exists
+        out["seeds_wanted"] = [tier_seeds(str(tier)) for tier in out["tier"]]
+        out["short_of_seeds"] = out["n"].to_numpy() < out["seeds_wanted"].to_numpy()
         keys = self.keys(out, quality_key, min_ratio=min_ratio, network=network, direction=direction)
         # a row whose verification failed never ranks (issue 45): it is listed after the ranked rows, its
         # mark and reason on its line (leaderboard.submissions.row_verification)
         failed = out["verification"].eq("failed") if "verification" in out else pd.Series(False, index=out.index)
+        keys = [out["short_of_seeds"].astype(float).where(keys[0].notna()), *keys]
         key_cols = []
         for i, k in enumerate(keys):
             out[f"_k{i}"] = k.astype(float).where(~failed) if i == 0 else k.astype(float)
@@ -200,7 +206,10 @@ class Rule:
         out = out.sort_values(["task", "tier", "_rank_sort", *key_cols, *ties], kind="stable")
         out = out.drop(columns=[*key_cols, "_rank_sort"]).reset_index(drop=True)
         for _, g in out.groupby(["task", "tier"], sort=False):
-            out.loc[g.index, "rank_label"] = self.rank_labels(g)
+            out.loc[g.index, "rank_label"] = [
+                f"{label} ({int(n)} of {int(wanted)} seeds)" if short and label != "-" and " seeds)" not in label else label
+                for label, short, n, wanted in zip(self.rank_labels(g), g["short_of_seeds"], g["n"], g["seeds_wanted"])
+            ]
         return out
 
     def _positions(self, g: pd.DataFrame, key_cols: list[str]) -> list[int]:
@@ -273,8 +282,7 @@ class TimeToTarget(Rule):
             raise ValueError(f"unknown network profile {network!r}; valid: {', '.join(profiles)}")
         t, reached = out[f"time_to_target_s@{network}"], out[f"reached@{network}"]
         eligible = out["n"] > 0
-        wanted = np.array([tier_seeds(str(tier)) for tier in out["tier"]])
-        out["seeds_wanted"] = wanted
+        wanted = out["seeds_wanted"].to_numpy()
         out["time_values"] = out[f"times@{network}"] if f"times@{network}" in out else [{} for _ in range(len(out))]
         full = out["n"].to_numpy() >= wanted
         reach_class = np.where(reached >= 1.0, np.where(full, 0, 1), np.where(reached > 0, 2, 3))
@@ -311,14 +319,18 @@ class ParetoRank(Rule):
         eligible = out["n"] > 0
         col = f"bytes_per_step_{direction}"
         pr = pd.Series(pd.NA, index=out.index, dtype="Int64")
-        for _, g in out[eligible].groupby(["task", "tier"], sort=False):
+        for _, g in out[eligible].groupby(["task", "tier", "short_of_seeds"], sort=False):
             hib = bool(g["higher_is_better"].iloc[0])
             pr.loc[g.index] = pareto_ranks(g, col, "quality", maximize_y=hib)
         out["pareto_rank"] = pr
         return [pr.astype(float), quality_key]
 
     def _positions(self, g, key_cols):
-        return list(g["_k0"].astype(int))  # the rank is the Pareto level itself (ties share it)
+        """The rank is the Pareto level itself (ties share it); the levels of rows short of seeds
+        (``_k0`` 1, :meth:`Rule.rank`) count on after the full-seed rows' last level."""
+        short, level = g["_k0"].to_numpy(bool), g["_k1"].to_numpy(int)
+        offset = int(level[~short].max()) if (~short).any() else 0
+        return [int(lv) + (offset if s else 0) for s, lv in zip(short, level)]
 
 
 RULES: dict[str, Rule] = {
@@ -329,8 +341,9 @@ RULES: dict[str, Rule] = {
             "Best quality at a compression ratio",
             "Entries whose mean compression ratio (raw bytes / bytes on the wire, measured from the "
             "tensors that crossed the wire, over the chosen direction or all directions together) is at "
-            "least the chosen minimum are ranked by their mean final quality over seeds ({better}). "
-            "Entries below the ratio are listed without a rank. The delta column compares with the "
+            "least the chosen minimum are ranked by their mean final quality over seeds ({better}); an entry "
+            "with fewer seeds than the tier asks is marked ('1 of 3 seeds') and ranked after every entry that "
+            "has them. Entries below the ratio are listed without a rank. The delta column compares with the "
             "entry's own uncompressed baseline of the same task, tier, run setup and machine, or, marked "
             "as such, the maintainers' baseline; stars mark a significant difference by Welch's t-test "
             "over seeds (* p<0.05, ** p<0.01, *** p<0.001; 'n too small' when either side has fewer "
@@ -361,11 +374,17 @@ RULES: dict[str, Rule] = {
             "Each entry is a point (bytes per training step on the wire, mean final quality). Rank 1 is "
             "the Pareto frontier: no other entry is at least as good on both (fewer or equal bytes and "
             "equal or better quality) and strictly better on one. Rank 2 is the frontier once rank 1 is "
-            "removed, and so on. Within a rank, entries are listed by quality ({better}). The plot below "
-            "shows the frontier highlighted.",
+            "removed, and so on. Within a rank, entries are listed by quality ({better}). Entries with "
+            "fewer seeds than the tier asks form their own levels, after every entry that has them, and are "
+            "marked ('1 of 3 seeds'). The plot below shows the frontier highlighted.",
         ),
     )
 }
+
+
+# the rule the page opens on and ``mpcbench report`` / ``submit`` use unless told: the question a
+# reader brings (which compressor reaches the target first over my link?), answered with seed statistics
+DEFAULT_RULE = "time_to_target"
 
 
 def rank(

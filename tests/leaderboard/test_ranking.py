@@ -474,3 +474,26 @@ def test_pareto_sweep_equals_the_definition_with_ties(seed):
     ys = rng.integers(0, 8, 60).astype(float)
     got = pareto_ranks(pd.DataFrame({"x": xs, "y": ys}), "x", "y")
     assert list(got) == _brute_pareto_levels(list(xs), list(ys))
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_rows_short_of_the_tiers_seeds_rank_after_every_full_row_in_every_rule(lb, rule):
+    """quick asks 3 seeds: a one-seed row with the best quality, fewest bytes and fastest time still
+    ranks after every 3-seed row, marked; it used to lead the page's default rule ('0.5122 (n=1)')."""
+    recs = lb.make_records(tasks=("cifar10",), compressors=("none", "fp16", "topk(ratio=0.1)"))
+    lucky = lb.make_record("cifar10", "quant(bits=4)", 0, final_metric=0.99)
+    ranked = rank(aggregate(to_frame([*recs, lucky])), rule, network="1Gbps")
+    ranked = ranked[ranked["rank"].notna()]
+    assert ranked["compressor"].iloc[-1] == "quant(bits=4)", ranked[["compressor", "rank", "n"]]
+    last = ranked.iloc[-1]
+    assert last["rank"] > ranked["rank"].iloc[:-1].max() and last["rank_label"].endswith("(1 of 3 seeds)")
+    assert not any("seeds)" in label for label in ranked["rank_label"].iloc[:-1])
+
+
+def test_page_report_and_submit_share_one_default_rule():
+    from leaderboard.report import ReportOptions
+    from suite.bench.cli import build_parser
+
+    assert ranking.DEFAULT_RULE in RULES and ReportOptions().rule == ranking.DEFAULT_RULE
+    for command in (["report"], ["submit", "records/x"]):
+        assert build_parser().parse_args(command).rule == ranking.DEFAULT_RULE
