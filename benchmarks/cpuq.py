@@ -7,8 +7,9 @@ order they start in is the order they were queued (no job starves behind later s
     python benchmarks/cpuq.py [--slots N] [--both] [--name TEXT] -- COMMAND ARGS...
     python benchmarks/cpuq.py --list
 
-A job takes one slot (``--both``: every slot, for a two-process cell or the test suite). It
-starts when every older ticket has started and enough slots are free; it runs with
+A job takes one slot (``--both``: every slot, for a two-process cell or the test suite). Jobs
+start in ticket order when enough slots are free; a younger job may use a slot an older, bigger
+job cannot use yet (backfill), until that job has waited 10 minutes. A job runs with
 ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` set to its slots. Tickets live in ``$CPUQ_DIR``
 (default ``/tmp/cpuq``); a ticket whose process died is dropped. Slots default to the usable cores.
 The job's exit status is the queue's. Stdlib only.
@@ -52,6 +53,24 @@ def _tickets() -> list[tuple[str, int, int, str]]:
     return out
 
 
+BACKFILL_S = 600.0  # a job that needs more slots than are free holds back smaller ones after this long
+
+
+def _my_turn(live: list[tuple[str, int, int, str]], me: str, slots: int) -> bool:
+    """Whether ticket ``me`` may start now: tickets start in order; a younger job may start on free
+    slots an older, bigger job cannot use yet (backfill), unless that job has waited BACKFILL_S."""
+    free = slots - sum(s for _, _, s, st in live if st == "running")
+    now_ns = time.time_ns()
+    for name, _pid, need, state in live:
+        if state != "waiting":
+            continue
+        if need <= free:
+            return name == me  # the oldest waiting job that fits goes first
+        if (now_ns - int(name.split("-")[0])) / 1e9 > BACKFILL_S:
+            return False  # an older job that does not fit has waited long enough: keep slots for it
+    return False
+
+
 def _write(path: Path, pid: int, slots: int, state: str, name: str) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(f"{pid}\n{slots}\n{state}\n{name}\n")
@@ -81,10 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     _write(me, os.getpid(), need, "waiting", label)
     try:
         while True:
-            live = _tickets()
-            busy = sum(s for _, _, s, st in live if st == "running")
-            first_waiting = next((n for n, _, _, st in live if st == "waiting"), None)
-            if first_waiting == me.name and a.slots - busy >= need:
+            if _my_turn(_tickets(), me.name, a.slots):
                 break
             time.sleep(0.5)
         _write(me, os.getpid(), need, "running", label)
