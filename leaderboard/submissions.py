@@ -57,9 +57,10 @@ from typing import Any, Iterable
 import yaml
 
 from suite.results.entries import latest_flags, record_digest, row_id, row_keys
+from suite.results.maintainers import MAINTAINER_ENTRIES as _MAINTAINER_LIST
 from suite.results.record_json import load_record
 from suite.results.records import RecordError, derived_bytes_per_step
-from suite.results.signing_key import fingerprint, parse_key
+from suite.results.signing_key import MANIFEST, SIGNATURE, fingerprint, parse_key
 
 __all__ = [
     "Problem",
@@ -98,11 +99,12 @@ MAX_PROBLEMS_PER_ENTRY = 20  # then the entry stops: a file of junk lines is che
 MAX_PLUGIN_BYTES = 2**20  # a plugin file; the hash reads at most this much
 MAX_YAML_EVENTS = 2_000  # parser events in entry.yaml (six short fields need ~20)
 # Entries the maintainers ran themselves: the only baselines other entries are compared with
-# (besides their own). A code change, so a pull request cannot add itself here unseen.
-# mpcbench-plateau: the plateau tier's runs (docs/reproductions.md), an entry of their own so that
-# adding them leaves the baselines' verification bound to the files it checked.
-MAINTAINER_ENTRIES = frozenset({"mpcbench-baselines", "mpcbench-plateau"})
+# (besides their own). The one list (suite/results/maintainers.py, issue 45) also keys them and must
+# match CODEOWNERS; a code change, so a pull request cannot add itself here unseen.
+MAINTAINER_ENTRIES = _MAINTAINER_LIST
 VERIFICATION_FILE = "verification.json"  # written by `mpcbench verify`, never by a submitter
+# an entry's signed state (suite/bench/verify/manifest.py): binds the other files, so it is not one of them
+MANIFEST_FILES = (MANIFEST, SIGNATURE)
 RERUNS_FILE = "verification.reruns"  # the re-runs' timing (JSON lines), bound by verification.json's hash
 VERIFICATION_SCHEMA = "mpcbench.verification/3"
 MAX_VERIFICATION_BYTES = 4 * 2**20  # the report: ~1 kB per re-run cell
@@ -480,8 +482,8 @@ def _load_jsonl(
     already loaded from elsewhere that are dropped silently (a local store's copy of committed
     records). ``plugin_hash``: the entry's plugin file hash; a record whose run loaded plugin
     files (``provenance.plugin_hashes["plugin:<path>"]``) must have loaded this one.
-    ``key_fingerprint``: of the key entry.yaml names; a record made for a key
-    (``provenance.signing_key``, ``MPCBENCH_SIGNING_KEY``) must have been made for this one.
+    ``key_fingerprint``: of the key entry.yaml names; every record must have been made for this key
+    (``provenance.signing_key``, ``MPCBENCH_SIGNING_KEY``): none made for another, none unstamped.
     """
     out: list[dict[str, Any]] = []
     try:
@@ -504,6 +506,13 @@ def _load_jsonl(
                 )
                 continue
             made_for = rec["provenance"].get("signing_key")
+            if key_fingerprint and not made_for:  # a copy of an unkeyed run's record would load anywhere
+                budget.problem(
+                    where,
+                    f"record carries no key stamp; entry.yaml names {key_fingerprint}: a keyed entry's records are run "
+                    "with MPCBENCH_SIGNING_KEY set to its key",
+                )
+                continue
             if key_fingerprint and made_for and made_for != key_fingerprint:
                 budget.problem(
                     where,
@@ -561,12 +570,13 @@ def load_store(
 
 
 def entry_file_hashes(entry_dir: str | Path) -> dict[str, str]:
-    """sha256 of every file of an entry folder except the verification's own two files: what a
-    verification binds (an added, removed or changed file of any kind unbinds it)."""
+    """sha256 of every file of an entry folder except the verification's own two files and the signed
+    manifest's (which binds these): what a verification binds (an added, removed or changed file of any
+    kind unbinds it) and what a manifest's digest covers."""
     entry_dir = Path(entry_dir)
     out: dict[str, str] = {}
     for p in sorted(entry_dir.iterdir()):
-        if p.name in (VERIFICATION_FILE, RERUNS_FILE):
+        if p.name in (VERIFICATION_FILE, RERUNS_FILE, *MANIFEST_FILES):
             continue
         if len(out) >= MAX_FILES_PER_ENTRY + 10:
             out["(more files)"] = "too many files to bind"

@@ -13,9 +13,12 @@ import binascii
 import hashlib
 import struct
 
-__all__ = ["KEY_TYPE", "parse_key", "fingerprint"]
+__all__ = ["KEY_TYPE", "MANIFEST", "SIGNATURE", "parse_key", "fingerprint"]
 
 KEY_TYPE = "ssh-ed25519"
+# an entry's signed state (suite/bench/verify/manifest.py): the manifest and its ssh signature, in the folder
+MANIFEST = "manifest.json"
+SIGNATURE = "manifest.json.sig"
 
 
 def _blob(text: str) -> bytes:

@@ -61,8 +61,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-write", action="store_true", help="do not write <entry>/verification.json")
     p.add_argument(
         "--signatures-only", action="store_true",
-        help="only check that every commit since --base touching the entry's folder is signed by the key "
-        "the base branch's entry.yaml names (no re-runs; the folder may be gone)",
+        help="only check that the entry's folder, if it changed since --base, carries a manifest signed by the "
+        "key the base branch names for it with a version above the base's (no re-runs; the folder may be gone)",
+    )  # fmt: skip
+    p.add_argument(
+        "--sign", metavar="KEY", default=None,
+        help="write the entry's next manifest (its files' digest, a version above --base's) and sign it with "
+        "this ssh-ed25519 private key file; nothing else runs",
     )  # fmt: skip
     p.add_argument(
         "--resume", metavar="DIR", default=None,
@@ -94,6 +99,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.rows is not None and args.rows < 1:
         raise VerifyError(f"--rows must be at least 1, got {args.rows}")
     check_cell_timeout(args.cell_timeout, "--cell-timeout")
+    if args.sign:  # the owner's own act, in their checkout: no judge needed
+        from pathlib import Path
+
+        from .identity import sign
+
+        for entry in args.entry:
+            print(plain(sign(Path(entry), Path(args.sign), args.base)))
+        return 0
     if not args.here and not judged():
         return run_judged(_argv_of(args), list(args.entry), args.base)
     if args.signatures_only:

@@ -1,6 +1,8 @@
-"""An entry bound to the key its ``entry.yaml`` names on the base branch (issue 35): every commit of a pull
-request that touches the entry's folder must be signed with that key (git ssh signing), merge or
-fast-forward; a new entry's key binds when it lands. Temporary git repositories, keys from ssh-keygen."""
+"""An entry bound to the key its ``entry.yaml`` names on the base branch (issue 35), or the maintainers' list
+names: since issue 45 a signed *state*, not signed commits. A pull request may change a keyed folder only
+with a manifest of its new state signed by that key, version above the base's; a replayed older state,
+a commit the owner signed elsewhere, a deleted or ``git mv``-renamed folder are refused; a new third-party
+entry is keyed and signed. Temporary git repositories, keys from ssh-keygen."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.bench.verify import VerifyError, identity
+from suite.bench.verify import VerifyError, identity, manifest
 from suite.results import signing_key
 
 pytestmark = pytest.mark.skipif(
@@ -60,52 +62,153 @@ def repo(tmp_path: Path) -> tuple[Path, Path, Path]:
     return r, owner, other
 
 
-def test_commits_touching_a_keyed_entry_must_be_signed_by_the_base_branchs_key(repo):
+def _sign(r: Path, key: Path, folder: str = "records/e", base: str = "main") -> None:
+    identity.sign(r / folder, key, base)
+
+
+def test_a_keyed_entry_changes_only_with_its_new_state_signed_by_its_key(repo):
     r, owner, other = repo
-    _commit(r, {"records/e/r.jsonl": "{}\n{}\n"}, "signed by the owner", key=owner)
-    assert "signed by" in identity.check_identity(r / "records" / "e", "main")
-    _commit(r, {"README": "y"}, "unsigned, outside the entry")  # not the entry's folder: not checked
-    identity.check_identity(r / "records" / "e", "main")
-    _commit(r, {"records/e/r.jsonl": "{}\n{}\n{}\n"}, "a copier's commit, signed by another key", key=other)
+    _commit(r, {"records/e/r.jsonl": "{}\n{}\n"}, "an unsigned change")
     with pytest.raises(VerifyError) as e:
         identity.check_identity(r / "records" / "e", "main")
-    msg = str(e.value)
-    assert "\n" not in msg and "records/e" in msg and signing_key.fingerprint(_yaml(owner).split("key: ")[1]) in msg
-    assert "git commit -S" in msg
+    assert "without a signed manifest" in str(e.value) and "--sign" in str(e.value) and "\n" not in str(e.value)
+    _sign(r, other)  # a copier's key
+    with pytest.raises(VerifyError, match="not signed by the entry's key"):
+        identity.check_identity(r / "records" / "e", "main")
+    _sign(r, owner)
+    assert "signed by" in identity.check_identity(r / "records" / "e", "main")
+    (r / "records" / "e" / "r.jsonl").write_text("x\n")  # a change after signing: not the signed state
+    with pytest.raises(VerifyError, match="not the state manifest.json signed"):
+        identity.check_identity(r / "records" / "e", "main")
+    _commit(r, {"README": "y"}, "outside the entry: not its business")
+
+
+def test_a_commit_the_owner_signed_elsewhere_proves_nothing(repo):
+    """Before: git commit signatures were checked; a commit the owner signed on an abandoned branch
+    (dropping two of three records), replayed in someone else's pull request, passed."""
+    r, owner, _ = repo
+    _commit(r, {"records/e/r.jsonl": "dropped\n"}, "signed by the owner, abandoned", key=owner)
+    with pytest.raises(VerifyError, match="without a signed manifest"):
+        identity.check_identity(r / "records" / "e", "main")
+
+
+def test_a_replayed_older_signed_state_is_refused(repo):
+    r, owner, _ = repo
+    _commit(r, {"records/e/r.jsonl": "a\n"}, "one record")
+    _sign(r, owner)  # version 1: a state the owner signed once
+    old = {n: (r / "records" / "e" / n).read_bytes() for n in ("r.jsonl", "manifest.json", "manifest.json.sig")}
+    assert "version 1" in identity.check_identity(r / "records" / "e", "main")
+    _commit(r, {"records/e/r.jsonl": "a\nb\nc\n"}, "three records")
+    _sign(r, owner, base="main")
+    _git(r, "add", "-A")
+    _git(r, "commit", "-q", "-m", "signed v1 then v2")
+    _git(r, "checkout", "-q", "main")
+    _git(r, "merge", "-q", "--ff-only", "pr")  # landed: main holds version 2
+    landed = manifest.manifest_at(r, _git(r, "rev-parse", "HEAD").strip(), "records/e")
+    assert landed is not None and landed.version == 2
+    _git(r, "checkout", "-q", "-b", "attacker")
+    for n, b in old.items():  # the older signed state, bytes as the owner signed them
+        (r / "records" / "e" / n).write_bytes(b)
+    _commit(r, {}, "replay the older signed state")
+    with pytest.raises(VerifyError, match="not above the base branch's"):
+        identity.check_identity(r / "records" / "e", "main")
 
 
 def test_swapping_the_key_in_the_pull_request_does_not_help(repo):
-    """The allowed signers come from the base tree: a pull request that names its own key is judged by the old one."""
+    """The key comes from the base tree: a pull request that names its own key is judged by the old one."""
     r, owner, other = repo
     _commit(r, {"records/e/entry.yaml": _yaml(other), "records/e/r.jsonl": "forged\n"}, "re-keyed", key=other)
-    with pytest.raises(VerifyError, match="not signed by its key"):
+    _sign(r, other)
+    with pytest.raises(VerifyError, match="not signed by the entry's key"):
         identity.check_identity(r / "records" / "e", "main")
 
 
-def test_an_unsigned_commit_fast_forwarded_under_a_signed_one_is_caught(repo):
-    """Every commit on the path, not the first-parent line: a signed tip over an unsigned change is refused."""
-    r, owner, _ = repo
-    _commit(r, {"records/e/r.jsonl": "forged\n"}, "unsigned change")
-    _commit(r, {"records/e/r.jsonl": "{}\n{}\n"}, "signed tip", key=owner)
-    with pytest.raises(VerifyError, match="not signed"):
+def test_a_renamed_or_deleted_keyed_folder_is_refused(repo):
+    """Before: CI listed changed folders with ``git diff --name-only``, which follows renames: a ``git mv``
+    of a keyed entry's folder into a new unkeyed one showed only the new path, and the thief owned its records."""
+    r, owner, other = repo
+    _commit(r, {"records/e/r.jsonl": "".join(f'{{"record": {i}}}\n' for i in range(40))}, "the victim's records")
+    _sign(r, owner)
+    _commit(r, {}, "signed")
+    _git(r, "checkout", "-q", "main")
+    _git(r, "merge", "-q", "--ff-only", "pr")
+    _git(r, "checkout", "-q", "-b", "thief")
+    (r / "records" / "thief").mkdir()
+    _git(r, "mv", "records/e/r.jsonl", "records/thief/r.jsonl")
+    (r / "records" / "thief" / "entry.yaml").write_text(_yaml(other))
+    _sign(r, other, folder="records/thief")
+    _commit(r, {}, "moved")
+    renames_on = _git(r, "diff", "--name-only", "-M", "main...HEAD", "--", "records/")
+    assert "records/e/" not in renames_on  # what CI used to see: the victim's folder never checked
+    assert identity.changed_folders(r, "main") == ["records/e", "records/thief"]
+    with pytest.raises(VerifyError, match="records/e: its files are not the state manifest.json signed"):
         identity.check_identity(r / "records" / "e", "main")
+    assert "new entry keyed" in identity.check_identity(r / "records" / "thief", "main")
+    _git(r, "mv", "records/e", "records/gone")  # the whole folder moved
+    _commit(r, {}, "moved the folder")
+    assert "records/e" in identity.changed_folders(r, "main")
+    with pytest.raises(VerifyError, match="may not be deleted or moved"):
+        identity.check_identity(r / "records" / "e", "main")
+    ci = (Path(__file__).resolve().parents[3] / ".github" / "workflows" / "ci.yml").read_text()
+    diffs = [line for line in ci.splitlines() if "git" in line and " diff " in line and "--name-only" in line]
+    assert diffs and all("--no-renames" in line for line in diffs)
+    assert "suite.bench.verify.identity" in ci  # the records' folders: changed_folders
 
 
-def test_a_new_entrys_key_binds_when_it_lands(tmp_path):
+def test_a_new_third_party_entry_must_be_keyed_and_signed(tmp_path):
     owner = _key(tmp_path, "owner")
     r = tmp_path / "repo"
     r.mkdir()
     _git(r, "init", "-q", "-b", "main")
     _commit(r, {"README": "x"}, "base")
     _git(r, "checkout", "-q", "-b", "pr")
-    _commit(r, {"records/n/entry.yaml": _yaml(owner), "records/n/r.jsonl": "{}\n"}, "new entry, unsigned")
-    assert "names no key" in identity.check_identity(r / "records" / "n", "main")
-    _git(r, "checkout", "-q", "main")
-    _git(r, "merge", "-q", "--ff-only", "pr")  # landed: from now on its key binds
-    _git(r, "checkout", "-q", "-b", "pr2")
-    _commit(r, {"records/n/r.jsonl": "{}\n{}\n"}, "unsigned change after landing")
-    with pytest.raises(VerifyError, match="not signed"):
+    _commit(r, {"records/n/entry.yaml": _yaml(None), "records/n/r.jsonl": "{}\n"}, "unkeyed")
+    with pytest.raises(VerifyError, match="a new entry must name its key"):
         identity.check_identity(r / "records" / "n", "main")
+    _commit(r, {"records/n/entry.yaml": _yaml(owner)}, "keyed, unsigned")
+    with pytest.raises(VerifyError, match="without a signed manifest"):
+        identity.check_identity(r / "records" / "n", "main")
+    _sign(r, owner, folder="records/n")
+    assert "new entry keyed" in identity.check_identity(r / "records" / "n", "main")
+
+
+def test_removing_seeds_from_the_plateau_entry_needs_the_maintainers_key(tmp_path):
+    """Before: records/mpcbench-plateau was judged as the maintainers' (claims read it) but had no key and no
+    CODEOWNERS line: deleting 4 of 5 seeds of one arm turned a plateau verdict from contradicted to not testable."""
+    from suite.results.maintainers import MAINTAINER_KEYS, MAINTAINERS_KEY
+
+    other = _key(tmp_path, "other")
+    real = Path(__file__).resolve().parents[3] / "records" / "mpcbench-plateau"
+    r = tmp_path / "repo"
+    r.mkdir()
+    _git(r, "init", "-q", "-b", "main")
+    files = {f"records/mpcbench-plateau/{p.name}": p.read_text() for p in real.iterdir() if p.is_file()}
+    _commit(r, files, "the maintainers' plateau entry")
+    _git(r, "checkout", "-q", "-b", "pr")
+    jsonl = next(n for n in files if n.endswith(".jsonl"))
+    lines = files[jsonl].splitlines(keepends=True)
+    _commit(r, {jsonl: "".join(lines[: len(lines) // 5])}, "drop most seeds")
+    assert MAINTAINER_KEYS["mpcbench-plateau"] == MAINTAINERS_KEY
+    with pytest.raises(VerifyError, match="without a signed manifest"):
+        identity.check_identity(r / "records" / "mpcbench-plateau", "main")
+    _sign(r, other, folder="records/mpcbench-plateau")
+    with pytest.raises(VerifyError, match=r"not signed by the entry's key SHA256:"):
+        identity.check_identity(r / "records" / "mpcbench-plateau", "main")
+
+
+def test_verify_refuses_an_entry_changed_without_its_signed_state_before_anything_runs(repo, capsys):
+    from suite.bench.verify import main, report
+
+    r, owner, _ = repo
+    _commit(r, {"records/e/r.jsonl": "forged\n"}, "unsigned change")
+    with pytest.raises(VerifyError, match="without a signed manifest"):
+        report.verify_entry(r / "records" / "e", base="main", write=False)
+    argv = [str(r / "records" / "e"), "--here", "--base", "main", "--signatures-only"]
+    assert main(["verify", *argv]) == 2 and "without a signed manifest" in capsys.readouterr().err
+    shutil.rmtree(r / "records" / "e")
+    _commit(r, {}, "the entry deleted")
+    assert main(["verify", *argv]) == 2  # a deleted folder is checked too
+    assert "may not be deleted" in capsys.readouterr().err
 
 
 def test_the_key_field_is_one_ssh_ed25519_key(tmp_path):
@@ -125,20 +228,6 @@ def test_the_key_field_is_one_ssh_ed25519_key(tmp_path):
         assert "'key'" in str(e.value) and "\n" not in str(e.value)
     (d / "entry.yaml").write_text(_yaml(owner))
     assert read_entry_info(d).key == " ".join(line.split()[:2])
-
-
-def test_verify_refuses_an_entry_whose_path_holds_an_unsigned_commit_before_anything_runs(repo, capsys):
-    from suite.bench.verify import main, report
-
-    r, owner, _ = repo
-    _commit(r, {"records/e/r.jsonl": "forged\n"}, "unsigned change")
-    with pytest.raises(VerifyError, match="not signed"):
-        report.verify_entry(r / "records" / "e", base="main", write=False)
-    argv = [str(r / "records" / "e"), "--here", "--base", "main", "--signatures-only"]
-    assert main(["verify", *argv]) == 2 and "not signed" in capsys.readouterr().err
-    shutil.rmtree(r / "records" / "e")
-    _commit(r, {}, "the entry deleted, unsigned")
-    assert main(["verify", *argv]) == 2  # a deleted folder's commits are checked too
 
 
 def test_records_made_for_a_key_load_only_into_the_entry_that_names_it(tmp_path, monkeypatch):
@@ -165,6 +254,11 @@ def test_records_made_for_a_key_load_only_into_the_entry_that_names_it(tmp_path,
         assert len(records) == want, problems
         if not want:
             assert any("made for key" in p.reason and "MPCBENCH_SIGNING_KEY" in p.reason for p in problems), problems
+    # an unstamped record (a copy of an unkeyed run's) loads into no keyed entry (issue 45)
+    rec["provenance"].pop("signing_key")
+    (d / "r.jsonl").write_text(json.dumps(rec) + "\n")
+    records, problems = load_entry(d)
+    assert not records and any("no key stamp" in p.reason for p in problems), problems
     monkeypatch.setenv("MPCBENCH_SIGNING_KEY", "ssh-ed25519 AAAA")
     with pytest.raises(ValueError, match="MPCBENCH_SIGNING_KEY"):
         signing_key_info()
