@@ -16,14 +16,21 @@ tier's state (:class:`TierState`):
 - **records**: none, or fewer than 2 seeds a side: ``not testable at this tier``;
 - **floor**: both sides' means within the comparison's MDD of the task's strongest trivial
   predictor (``DESCRIPTION["trivial"]``): both failed to learn, ``not testable at this tier``;
-- **plateau**: the uncompressed baseline's mean change over the last quarter of its curve (the
-  metric at the last evaluation minus the metric interpolated at three quarters of the steps,
-  in "better" units) must be within ± the comparison's MDD (or a close claim's tolerance when
-  smaller): still rising, more training could move the verdict: ``not testable at this tier``;
-  falling back, the run is past its best and the final metric depends on when it stopped, so the
-  comparison is decided again at the baseline's best evaluation (its seed-mean curve's best step,
-  chosen from the baseline alone): the same verdict there and at the end stands, and the state
-  says so; a different one is ``not testable at this tier``;
+- **ratio**: a claim that names the compression its code stands for (``min_ratio``, of one
+  direction or the total) is not testable when the arm's measured ratio falls short of it (AQ-SGD
+  sending its first visits in full is mostly uncompressed training);
+- **plateau, on the gap**: the claim is about a difference, so what must have stopped moving is
+  the gap. Per seed, each side's change over the last quarter of its curve (the metric at the last
+  evaluation minus the metric interpolated at three quarters of the steps, in "better" units); the
+  gap's change is the arm's minus the comparison's (paired seeds: the mean of the per-seed
+  differences). It must be within ± the comparison's MDD (the smallest effect it resolves), and
+  for a ``close`` claim the arm's own change too (a gap of zero that both sides
+  still move through says nothing yet). Otherwise ``not testable at this tier``. The uncompressed
+  baseline's own change is shown beside it and decides nothing: a baseline that still rises or
+  falls back alike with the arm leaves the gap where it is. The step judged is the tier's last
+  evaluation, the step count the matrix fixes before any cell runs (no step is chosen on the
+  reported evaluation: an earlier "past its best" rule re-judged at the baseline's best reported
+  evaluation and was dropped);
 
 then decides (alpha 0.05, the 95% interval of the effect in "better" units):
 
@@ -31,6 +38,8 @@ then decides (alpha 0.05, the 95% interval of the effect in "better" units):
   ``close`` claim's interval within ±tolerance; a ``not_better`` claim's upper end below +tolerance;
 - ``contradicted``: a significant effect against the claimed direction; a ``close`` claim's
   interval entirely outside ±tolerance; a ``not_better`` claim's lower end above +tolerance;
+  ``contradicted in this configuration`` when the claim says how its run departs from what the
+  paper describes (``departs``): the line names the optimizer, rate and code that ran;
 - ``refuted in this configuration``: the interval excludes the effect the claim states
   (``min_effect``, metric units) without a significant effect against it: the claimed size is
   ruled out here, not its sign;
@@ -58,11 +67,15 @@ from suite.results.task_catalog import describe as describe_task
 
 __all__ = [
     "CLAIMS_PATH",
+    "SEED_PAPERS",
+    "source_text",
     "EXPECTS",
     "EVALUATIONS",
     "COLUMNS",
     "VERDICTS",
     "NOT_TESTABLE",
+    "CONTRADICTED_HERE",
+    "OWN_QUESTION",
     "NOT_RESOLVABLE",
     "Claim",
     "TierState",
@@ -79,6 +92,14 @@ __all__ = [
 ]
 
 CLAIMS_PATH = Path(__file__).with_name("claims.yaml")
+# the seed papers' texts (summaries kept outside the repository, /work/shared/papers): a claim's ``seed``
+# names one, its ``quote`` holds that file's own words (tests/leaderboard/test_claims.py checks them there)
+SEED_PAPERS = {
+    "000": "000_6e1d4023f211cff7.txt",
+    "001": "001_7eee4c8e14e49089.txt",
+    "002": "002_0e07a32f8836937e.txt",
+    "003": "003_3acb983fbc866c9c.txt",
+}
 EXPECTS = ("better", "worse", "close", "not_better", "not_worse", "stated")
 # what a claim may compare besides the final metric: the column, and whether lower is better
 COLUMNS = {"final_metric": None, "compress_s": "lower"}  # None: the task metric's own direction
@@ -86,9 +107,14 @@ EVALUATIONS = ("compressed", "uncompressed_vs_compressed", "uncompressed")
 ALPHA = 0.05
 NOT_TESTABLE = "not testable at this tier"
 NOT_RESOLVABLE = "not resolvable at this tier"
+CONTRADICTED_HERE = "contradicted in this configuration"
+# what a row reads when its source text does not state the finding (no quote)
+OWN_QUESTION = "the project's own question"
+RATIO_OF = ("total", "forward", "backward", "dp", "tp_forward", "tp_backward")
 VERDICTS = (
     "reproduced",
     "contradicted",
+    CONTRADICTED_HERE,
     "refuted in this configuration",
     NOT_RESOLVABLE,
     NOT_TESTABLE,
@@ -116,6 +142,16 @@ class Claim:
     seed: str = ""  # the seed paper's file (/work/shared/papers) the claim comes from; "" for other sources
     setup: str | None = None  # words the rows' setup label must hold (", "-separated, e.g. "dp=2", or a whole label)
     column: str = "final_metric"  # what is compared (COLUMNS); compress_s: the compressor's seconds per step
+    # the source's own words stating the finding (a short quote from the seed paper's file); "" when
+    # the text does not state it: the row is the project's own question
+    quote: str = ""
+    # how this run departs from what the source describes (optimizer, rate, code); "" when it does not:
+    # a contradiction is then "contradicted in this configuration", naming what ran
+    departs: str = ""
+    min_ratio: float | None = None  # the compression the claim's code stands for, measured on ``ratio_of``
+    ratio_of: str = "total"
+    seeds: tuple[int, ...] | None = None  # the judged seeds (others, e.g. a rate sweep's, are left out)
+    compare_setup: str | None = None  # words of the comparison's setup when it differs (its own tuned rate)
 
     def __post_init__(self) -> None:
         if self.expect not in EXPECTS:
@@ -130,6 +166,16 @@ class Claim:
             raise ValueError(f"claim {self.id!r}: expect {self.expect} needs a positive tolerance (metric units)")
         if self.min_effect is not None and not (self.expect in ("better", "worse") and self.min_effect > 0):
             raise ValueError(f"claim {self.id!r}: min_effect is a positive size, for a better / worse claim")
+        if self.ratio_of not in RATIO_OF:
+            raise ValueError(f"claim {self.id!r}: unknown ratio_of {self.ratio_of!r}; valid: {', '.join(RATIO_OF)}")
+        if self.min_ratio is not None and not self.min_ratio > 1:
+            raise ValueError(f"claim {self.id!r}: min_ratio is a compression ratio above 1")
+        if self.quote and self.seed not in SEED_PAPERS:
+            raise ValueError(
+                f"claim {self.id!r}: a quote needs the seed paper it is from (seed: one of {', '.join(SEED_PAPERS)})"
+            )
+        if self.seeds is not None:
+            object.__setattr__(self, "seeds", tuple(int(x) for x in self.seeds))
 
     @property
     def entry_text(self) -> str:
@@ -141,16 +187,21 @@ class Claim:
 
 @dataclass(frozen=True)
 class TierState:
-    """What the tier can establish for one claim. ``plateaued``: the baseline's mean last-quarter
-    change ``gain`` is within ± ``gain_limit`` (the comparison's MDD, or a close claim's tolerance); None when the curve is too
-    short to tell. ``floor``: both sides within the MDD of the trivial predictor ``trivial``.
-    ``same_machine``: both sides ran on one machine class. ``narrow``: the tier trains narrowed
-    CPU models."""
+    """What the tier can establish for one claim. ``plateaued``: the gap's mean last-quarter change
+    ``gap_gain`` (arm minus comparison, "better" units) is within ± ``gain_limit`` (the comparison's
+    MDD), and for a close claim the arm's own ``arm_gain`` too; None
+    when a curve is too short to tell. ``gain``: the uncompressed ``baseline``'s own change (shown,
+    deciding nothing). ``floor``: both sides within the MDD of the trivial predictor ``trivial``.
+    ``same_machine``: both sides ran on one machine class. ``narrow``: the tier trains narrowed CPU
+    models."""
 
     plateaued: bool | None = None
     gain: float = math.nan
     gain_limit: float = math.nan
     baseline: str = ""
+    gap_gain: float = math.nan
+    arm_gain: float = math.nan
+    close: bool = False  # a close claim: the arm's own change counts too
     floor: bool = False
     trivial: float = math.nan
     same_machine: bool | None = None
@@ -162,37 +213,37 @@ class TierState:
     # the tier's designed seed count (matrix.yaml): a verdict from fewer is interim, since adding
     # seeds until p < 0.05 would be optional stopping, so the line says how many of them ran
     designed_seeds: int = 0
-    # a baseline past its best (falling back over the last quarter): the step of its best
-    # evaluation, and whether the verdict there equals the verdict at the end (None: not checked)
-    best_step: float = math.nan
-    holds_at_best: bool | None = None
+
+    def trend(self) -> str:
+        """The gap's change over the last quarter (and the arm's, the baseline's level beside them)."""
+        if self.timing:
+            return "no gap trend (a timing claim)"
+        if self.gap_gain != self.gap_gain:
+            return "gap trend unknown (curves with fewer than 2 evaluations)"
+        limit = f"; limit ±{self.gain_limit:.3g}" if self.gain_limit == self.gain_limit else ""
+        own = f", the arm itself {self.arm_gain:+.3g}" if self.arm_gain == self.arm_gain else ""
+        base = (
+            f"; {self.baseline}'s own level {self.gain:+.3g} (shown, not deciding)"
+            if self.baseline and self.gain == self.gain
+            else ""
+        )
+        return f"the gap changes by {self.gap_gain:+.3g} over its last quarter{own}{limit}{base}"
 
     def text(self) -> str:
-        """One line: plateaued or not, floor or not, same machine class or not."""
+        """One line: the gap's trend (plateaued or not), floor or not, same machine class or not."""
         if self.seeds < 2:
-            base = (
-                f"; the baseline {self.baseline} changes by {self.gain:+.3g} over its last quarter"
-                if self.baseline and self.gain == self.gain
-                else ""
-            )
             machine = (
                 ""
                 if self.same_machine is None
                 else ("; same machine class" if self.same_machine else "; different machine classes")
             )
-            return f"not judged ({self.seeds} seed(s) on a side){base}{machine}"
+            return f"not judged ({self.seeds} seed(s) on a side); {self.trend()}{machine}"
         if self.timing:
-            plateau = "a timing claim (plateau and floor do not apply)"
+            plateau = "a timing claim (plateau and floor do not apply; no gap trend)"
         elif self.plateaued is None:
-            plateau = "plateau unknown (the baseline's curve has fewer than 2 evaluations)"
+            plateau = self.trend()
         else:
-            plateau = ("plateaued" if self.plateaued else "not plateaued") + (
-                f" ({self.baseline} changes by {self.gain:+.3g} over its last quarter; limit ±{self.gain_limit:.3g})"
-            )
-            if self.holds_at_best is not None:
-                plateau += f"; past its best: the verdict at its best evaluation (step {self.best_step:g}) " + (
-                    "is the same" if self.holds_at_best else "differs"
-                )
+            plateau = ("plateaued" if self.plateaued else "not plateaued") + f" ({self.trend()})"
         floor = (
             ""
             if self.timing
@@ -221,7 +272,8 @@ class Verdict:
     comparison's in "better" units (positive = better: higher accuracy, lower loss); ``low``,
     ``high``: its 95% interval; ``test``: ``"paired by seed"`` / ``"Welch"`` (+ why);
     ``compressed`` / ``uncompressed``: the claim's row evaluated with / without compression
-    (means over its seeds), side by side."""
+    (means over its seeds), side by side. ``ratio`` / ``ratio_ref``: each side's measured compression
+    ratio (mean over its seeds, per compressed direction); ``ran`` / ``ran_ref``: its optimizer and rate."""
 
     claim: Claim
     metric: str
@@ -240,6 +292,11 @@ class Verdict:
     state: TierState = field(default_factory=TierState)
     compressed: float = math.nan
     uncompressed: float = math.nan
+    # what ran on each side: the measured compression ratio and the optimizer at its rate
+    ratio: str = ""
+    ratio_ref: str = ""
+    ran: str = ""
+    ran_ref: str = ""
 
 
 def load_claims(path: str | Path = CLAIMS_PATH) -> list[Claim]:
@@ -264,13 +321,16 @@ def load_claims(path: str | Path = CLAIMS_PATH) -> list[Claim]:
         if c["id"] in seen:
             raise ValueError(f"{where}: id {c['id']!r} used twice")
         seen.add(c["id"])
-        out.append(Claim(**{k: (float(v) if k in ("tolerance", "min_effect") else v) for k, v in c.items()}))
+        out.append(
+            Claim(**{k: (float(v) if k in ("tolerance", "min_effect", "min_ratio") else v) for k, v in c.items()})
+        )
     return out
 
 
 # --------------------------------------------------------------------------- the records of a claim
-def _ok_rows(frame: pd.DataFrame, c: Claim, compressor: str) -> pd.DataFrame:
-    """The maintainers' latest ok records of one row of the claim's task and tier."""
+def _ok_rows(frame: pd.DataFrame, c: Claim, compressor: str, words: str | None = None) -> pd.DataFrame:
+    """The maintainers' latest ok records of one row of the claim's task and tier whose setup holds
+    ``words`` (default: the claim's ``setup``)."""
     rows = frame[
         (frame["task"] == c.task)
         & (frame["tier"] == c.tier)
@@ -284,7 +344,7 @@ def _ok_rows(frame: pd.DataFrame, c: Claim, compressor: str) -> pd.DataFrame:
     for col in ("setup", "machine"):
         if col not in rows:
             rows = rows.assign(**{col: ""})
-    for word in (w.strip() for w in (c.setup or "").split(",") if w.strip()):
+    for word in (w.strip() for w in ((c.setup if words is None else words) or "").split(",") if w.strip()):
         keep = [word in [x.strip() for x in str(s).split(",")] for s in rows["setup"]]
         rows = rows.loc[pd.Series(keep, index=rows.index, dtype=bool)]
     return rows
@@ -322,51 +382,76 @@ def _with_curves(rows: pd.DataFrame) -> pd.DataFrame | None:
     return load_details(rows)
 
 
-def _values_at(rows: pd.DataFrame, key: str, step: float) -> dict[int, float]:
-    """Per seed, the curve's ``key`` (``metric`` or ``metric_uncompressed``) at evaluation ``step``."""
+def _curves(rows: pd.DataFrame, key: str = "metric") -> dict[int, list[tuple[float, float]]]:
+    """Per seed, the record's curve as (step, ``key``) points (``metric`` or ``metric_uncompressed``;
+    the details are read back when the rows are an index's light rows)."""
     rows = _with_curves(rows)
     if rows is None:
         return {}
-    out: dict[int, float] = {}
+    out = {}
     for seed, curve in zip(rows["seed"], rows["curve"]):
-        for p in curve if isinstance(curve, list) else []:
-            v = p.get(key) if isinstance(p, dict) and p.get("step") == step else None
-            if isinstance(v, (int, float)) and v == v:
-                out[int(seed)] = float(v)
-    return out
-
-
-def _best_step(curves: list[list[tuple[float, float]]], sign: float) -> float:
-    """The evaluation step where the mean of ``curves`` (over the curves evaluated there, all of
-    them) is best; NaN when they share no step."""
-    common = set.intersection(*(set(s for s, _ in pts) for pts in curves)) if curves else set()
-    if not common:
-        return math.nan
-    by_step = [dict(pts) for pts in curves]
-    means = {st: sum(c[st] for c in by_step) / len(by_step) for st in common}
-    return max(sorted(means), key=lambda st: sign * means[st])
-
-
-def _curves(rows: pd.DataFrame) -> list[list[tuple[float, float]]]:
-    """Each record's curve as (step, metric) points (the details are read back when the rows are
-    an index's light rows)."""
-    rows = _with_curves(rows)
-    if rows is None:
-        return []
-    out = []
-    for curve in rows["curve"]:
         pts = []
         for p in curve if isinstance(curve, list) else []:
-            if (
-                isinstance(p, dict)
-                and isinstance(p.get("step"), (int, float))
-                and isinstance(p.get("metric"), (int, float))
-            ):
-                if p["metric"] == p["metric"]:
-                    pts.append((float(p["step"]), float(p["metric"])))
+            if isinstance(p, dict) and isinstance(p.get("step"), (int, float)) and isinstance(p.get(key), (int, float)):
+                if p[key] == p[key]:
+                    pts.append((float(p["step"]), float(p[key])))
         if pts:
-            out.append(sorted(pts))
+            out[int(seed)] = sorted(pts)
     return out
+
+
+def _gains(rows: pd.DataFrame, key: str, hib: bool, seeds: set[int] | None = None) -> dict[int, float]:
+    """Per seed (of ``seeds`` when given), the last-quarter change of the curve's ``key``, better units."""
+    out = {}
+    for seed, pts in _curves(rows, key).items():
+        g = last_quarter_gain(pts, hib)
+        if g == g and (seeds is None or seed in seeds):
+            out[seed] = g
+    return out
+
+
+def _mean(xs: Any) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+_DIRECTIONS = ("forward", "backward", "dp", "tp_forward", "tp_backward")
+_SHORT = {"forward": "fwd", "backward": "bwd", "dp": "dp", "tp_forward": "tp fwd", "tp_backward": "tp bwd"}
+
+
+def _ratio(rows: pd.DataFrame, of: str) -> float:
+    """The mean measured compression ratio (raw / wire bytes) of ``of`` over the rows' seeds."""
+    col = f"ratio_{of}"
+    vals = [float(x) for x in rows[col] if isinstance(x, (int, float)) and x == x] if col in rows else []
+    return _mean(vals)
+
+
+def _ratio_text(rows: pd.DataFrame) -> str:
+    """Each compressed direction's measured ratio (``"1.45x fwd, 7.9x bwd"``); "uncompressed" when none is."""
+    if not len(rows):
+        return "-"
+    parts = []
+    for d in _DIRECTIONS:
+        specs = {str(x) for x in rows[f"spec_{d}"]} if f"spec_{d}" in rows else set()
+        r = _ratio(rows, d)
+        if specs - {"none", "", "None", "nan"} and r == r:
+            parts.append(f"{r:.0f}x {_SHORT[d]}" if r >= 100 else f"{r:.3g}x {_SHORT[d]}")
+    return ", ".join(parts) if parts else "uncompressed (1x)"
+
+
+def _ran_text(rows: pd.DataFrame) -> str:
+    """The optimizer and rate the rows trained with (their configs), e.g. ``sgd(momentum=0.9, clip=1) at
+    lr 0.3``; the task's own optimizer and the tier's rate when the config does not set them."""
+    seen = set()
+    detailed = _with_curves(rows) if len(rows) else None  # an index's light rows: config read back with the curves
+    for cfg in detailed["config"] if detailed is not None and "config" in detailed else []:
+        cfg = cfg if isinstance(cfg, dict) else {}
+        opt, lr = cfg.get("optimizer"), cfg.get("lr")
+        seen.add(
+            (opt or "the task's optimizer")
+            + (f" at lr {lr:g}" if isinstance(lr, (int, float)) else " at the tier's rate")
+        )
+    return " / ".join(sorted(seen)) if seen else "-"
 
 
 def last_quarter_gain(points: list[tuple[float, float]], higher_is_better: bool) -> float:
@@ -429,9 +514,13 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
     arm = _pick(_ok_rows(frame, c, c.compressor))
     setup = str(arm["setup"].iloc[0]) if len(arm) else None
     machine = str(arm["machine"].iloc[0]) if len(arm) else None
-    ref = (
-        arm if c.evaluation == "uncompressed_vs_compressed" else _pick(_ok_rows(frame, c, c.compare_to), setup, machine)
-    )
+    ref_setup = None if c.compare_setup else setup  # the comparison at its own tuned rate when the claim says so
+    if c.evaluation == "uncompressed_vs_compressed":
+        ref = arm
+    else:
+        ref = _pick(_ok_rows(frame, c, c.compare_to, c.compare_setup), ref_setup, machine)
+    if c.seeds is not None:  # the judged seeds only (a sweep's seed chose the rates)
+        arm, ref = arm[arm["seed"].isin(c.seeds)], ref[ref["seed"].isin(c.seeds)]
     col_a = "final_metric_uncompressed" if c.evaluation != "compressed" else "final_metric"
     col_b = "final_metric_uncompressed" if c.evaluation == "uncompressed" else "final_metric"
     timing = c.column != "final_metric"
@@ -439,23 +528,29 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
         col_a = col_b = c.column
         metric, hib, sign, trivial = c.column, COLUMNS[c.column] != "lower", -1.0, math.nan
     a, b = _values(arm, col_a), _values(ref, col_b)
-    compressed = sum(_values(arm, "final_metric").values()) / max(1, len(_values(arm, "final_metric")))
-    uncomp = _values(arm, "final_metric_uncompressed")
-    uncompressed = sum(uncomp.values()) / len(uncomp) if uncomp else nan
-    if not len(arm):
-        compressed = nan
+    compressed = _mean(_values(arm, "final_metric").values())
+    uncompressed = _mean(_values(arm, "final_metric_uncompressed").values())
     machines = tuple(sorted(set(arm["machine"]) | set(ref["machine"])))
     same_machine = (len(machines) == 1) if (len(arm) and len(ref)) else None
-    # the baseline's curve: the uncompressed row of the same setup and machine class, else the comparison
-    base_rows = _pick(_ok_rows(frame, c, BASELINE), setup, machine)
-    base_name = BASELINE
-    if len(base_rows) < 2 and len(ref) >= 2:
-        base_rows, base_name = ref, c.compare_to
-    gains = [] if timing else [g for g in (last_quarter_gain(pts, hib) for pts in _curves(base_rows)) if g == g]
-    gain = sum(gains) / len(gains) if gains else nan
+    pair = set(a) == set(b) and same_machine is True
+    # the trend of the gap (arm minus comparison) over the last quarter, per seed when paired
+    key = {"final_metric": "metric", "final_metric_uncompressed": "metric_uncompressed"}
+    ga = {} if timing else _gains(arm, key[col_a], hib, set(a))
+    gb = {} if timing else _gains(ref, key[col_b], hib, set(b))
+    if pair and set(ga) == set(gb) == set(a):
+        gap_gain = _mean(ga[s] - gb[s] for s in ga)
+    else:
+        gap_gain = _mean(ga.values()) - _mean(gb.values()) if ga and gb else nan
+    arm_gain = _mean(ga.values())
+    # the uncompressed baseline's own level (same setup and machine class), shown beside the gap
+    base_rows = _pick(_ok_rows(frame, c, BASELINE, c.compare_setup), ref_setup, machine)
+    base_gain = nan if timing else _mean(_gains(base_rows, "metric", hib).values())
     state = TierState(
-        gain=gain,
-        baseline=base_name if gains else "",
+        gain=base_gain,
+        baseline=BASELINE if base_gain == base_gain else "",
+        gap_gain=gap_gain,
+        arm_gain=arm_gain,
+        close=c.expect == "close",
         trivial=trivial,
         same_machine=same_machine,
         machines=machines,
@@ -465,6 +560,14 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
         seeds=min(len(a), len(b)),
         designed_seeds=tier_seeds(c.tier),
     )
+    sides = dict(
+        compressed=compressed if len(arm) else nan,
+        uncompressed=uncompressed,
+        ratio=_ratio_text(arm),
+        ratio_ref=_ratio_text(ref),
+        ran=_ran_text(arm),
+        ran_ref=_ran_text(ref),
+    )
     if len(a) < 2 or len(b) < 2:
         if not len(arm) or not len(ref):
             why = f"no records at this tier ({c.compressor if not len(arm) else c.compare_to})"
@@ -473,8 +576,7 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
                 f"{len(a)} seed(s) of {c.compressor}, {len(b)} of {c.compare_to} in the records (2 or more each needed)"
             )
         return Verdict(c, metric, len(a), len(b), nan, nan, nan, nan, nan, nan, "", nan, NOT_TESTABLE, why, state,
-                       compressed, uncompressed)  # fmt: skip
-    pair = set(a) == set(b) and same_machine is True
+                       **sides)  # fmt: skip
     diff, half, p, _df, test = _compare(a, b, pair)
     if not pair:
         test += " (different machine classes: no pairing)" if same_machine is False else " (different seeds)"
@@ -482,54 +584,42 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
     effect = sign * diff
     low, high = effect - half, effect + half
     mdd = half  # the effect that just reaches p < 0.05 with this spread and these seeds (power 0.5)
-    # the limit: the comparison's MDD, or a close claim's tolerance when smaller (a baseline still
-    # moving by more than the tolerance can neither show closeness nor rule it out)
-    limit = min(mdd, float(c.tolerance)) if c.tolerance else mdd
-    plateaued = None if not gains else bool(abs(gain) <= limit)  # rising or falling back: no plateau
+    # the limit: the comparison's MDD, the smallest effect it resolves (a gap moving by less over the
+    # last quarter could not move the verdict by a resolvable amount in as many steps again)
+    limit = mdd
+    moving = [("gap", gap_gain)] + ([(c.compressor, arm_gain)] if c.expect == "close" else [])
+    plateaued = None if gap_gain != gap_gain else all(abs(g) <= limit for _, g in moving if g == g)
     floor = trivial == trivial and all(sign * (m - trivial) <= mdd for m in (ma, mb))
-    # the same state as above, with what only a comparison can say
-    state = replace(state, plateaued=plateaued, gain_limit=limit, baseline=base_name, floor=floor)
+    state = replace(state, plateaued=plateaued, gain_limit=limit, floor=floor)
 
     def verdict(v: str, why: str) -> Verdict:
         return Verdict(c, metric, len(a), len(b), ma, mb, effect, low, high, p, test, mdd, v, why, state,
-                       compressed, uncompressed)  # fmt: skip
+                       **sides)  # fmt: skip
 
     if c.expect == "stated":
         # no direction to withhold: the effect is shown with the tier's state on its line
         return verdict(*_decide(c, effect, low, high, p, mdd))
     if floor:
         return verdict(NOT_TESTABLE, f"both sides at the trivial predictor ({trivial:g}, within the MDD {mdd:.3g})")
-    if plateaued is False and gain < 0:
-        # past its best: the final metric depends on when training stopped. The claims are about
-        # the trained model, so judge again at the baseline's best evaluation (chosen from the
-        # baseline's curve alone, never from the comparison); a verdict that is the same there and
-        # at the end does not hang on the stopping time. A still-rising baseline gets no such
-        # check: no evaluation says what more steps would do.
-        step = _best_step(_curves(base_rows), sign)
-        key = {"final_metric": "metric", "final_metric_uncompressed": "metric_uncompressed"}
-        a2, b2 = _values_at(arm, key[col_a], step), _values_at(ref, key[col_b], step)
-        if step == step and len(a2) >= 2 and len(b2) >= 2 and set(a2) == set(a) and set(b2) == set(b):
-            d2, h2, p2, _df2, _t2 = _compare(a2, b2, pair)
-            v2, why2 = _decide(c, sign * d2, sign * d2 - h2, sign * d2 + h2, p2, h2)
-            v_end, why_end = _decide(c, effect, low, high, p, mdd)
-            same = v2 == v_end and v_end != NOT_RESOLVABLE
-            state = replace(state, best_step=step, holds_at_best=same)
-            if same:
-                return verdict(v_end, f"{why_end}; at {base_name}'s best evaluation (step {step:g}) too: {why2}")
+    if c.min_ratio is not None:
+        measured = _ratio(arm, c.ratio_of)
+        if not measured >= c.min_ratio:
             return verdict(
                 NOT_TESTABLE,
-                f"the baseline ({base_name}) falls back by {abs(gain):.3g} over the last quarter of training (past "
-                f"its best): at its best evaluation (step {step:g}) the comparison reads {v2}, at the end {v_end}",
+                f"{c.compressor} ran at {measured:.3g}x ({c.ratio_of}), short of the {c.min_ratio:g}x its code stands "
+                f"for: the comparison is not at the bytes the claim is about",
             )
     if plateaued is False:
-        moves = "still gains" if gain > 0 else "falls back by"
+        what, g = next((w, g) for w, g in moving if abs(g) > limit)
+        name = f"the gap ({c.compressor} - {c.compare_to})" if what == "gap" else f"{c.compressor}'s own curve"
         return verdict(
             NOT_TESTABLE,
-            f"the baseline ({base_name}) {moves} {abs(gain):.3g} over the last quarter of training, more than "
-            + (f"the tolerance {c.tolerance:g}" if limit < mdd else f"the MDD {mdd:.3g}")
-            + (": more steps could change the verdict" if gain > 0 else ": it is past its best (over-fitting)"),
+            f"{name} still moves by {g:+.3g} over the last quarter of training, more than the MDD {mdd:.3g}: "
+            "more steps could change the verdict",
         )
     v, why = _decide(c, effect, low, high, p, mdd)
+    if v == "contradicted" and c.departs:
+        v, why = CONTRADICTED_HERE, f"{why}; ran {sides['ran']}, code {c.entry_text}; {c.departs}"
     return verdict(v, why)
 
 
@@ -574,6 +664,17 @@ def _decide(c: Claim, effect: float, low: float, high: float, p: float, mdd: flo
     return nr, f"95% interval [{low:+.3g}, {high:+.3g}] reaches above +{tol:g} (MDD {mdd:.3g})"
 
 
+def source_text(c: Claim) -> str:
+    """Where the claim's finding is stated: the seed paper's file and its own words, else the
+    project's own question."""
+    where = SEED_PAPERS.get(c.seed, f"seed {c.seed}") if c.seed else ""
+    if not c.quote:
+        return OWN_QUESTION + (
+            f" ({where} does not state it)" if where else f" (after {c.paper}; no stored source text)"
+        )
+    return f'{where}: "{c.quote}"'
+
+
 def claims_table(verdicts: list[Verdict]) -> pd.DataFrame:
     """The reproductions table (strings): claim, source, task, configuration vs comparison, the
     measured effect (better units) with its interval and test, the MDD, the tier's state, the
@@ -592,12 +693,15 @@ def claims_table(verdicts: list[Verdict]) -> pd.DataFrame:
             {
                 "claim": c.id,
                 "paper": c.paper + (f" (seed {c.seed})" if c.seed else ""),
-                "finding": c.claim,
+                "finding": f"{c.claim} [{source_text(c)}]",
                 "task / tier": f"{c.task} / {c.tier}",
-                "configuration": c.entry_text + evaluated,
-                "vs": "the same models evaluated with compression"
-                if same_models
-                else c.compare_to + (" evaluated without compression" if c.evaluation == "uncompressed" else ""),
+                "configuration": f"{c.entry_text}{evaluated}; measured {v.ratio}; ran {v.ran}",
+                "vs": (
+                    "the same models evaluated with compression"
+                    if same_models
+                    else c.compare_to + (" evaluated without compression" if c.evaluation == "uncompressed" else "")
+                )
+                + f"; measured {v.ratio_ref}; ran {v.ran_ref}",
                 "seeds": f"{v.n} vs {v.n_ref}",
                 "means": f"{v.metric} {fmt(v.mean)} vs {fmt(v.mean_ref)}",
                 "effect (+ = better)": "-"

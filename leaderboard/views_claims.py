@@ -63,11 +63,13 @@ def section(frame: pd.DataFrame, version: tuple) -> None:
     st.caption(
         "Published findings tested on this benchmark: the measured effect (positive = better), its 95% interval "
         "and test (paired by seed only within one machine class, else Welch), the minimal detectable difference "
-        "(MDD), the tier's state (plateaued or not, at the trivial predictor's floor or not, same machine class or "
-        "not) and a verdict: reproduced, contradicted, refuted in this configuration, not resolvable, or not "
-        "testable at this tier (no records, both sides at the floor, or a baseline still climbing). The CPU tiers "
-        "train narrow models; the plateau tier trains them until the baseline's curve flattens "
-        "(docs/reproductions.md)."
+        "(MDD), the tier's state (the gap's change over the last quarter of training: plateaued when within the MDD; "
+        "at the trivial predictor's floor or not; same machine class or not), each side's measured compression "
+        "ratio and optimizer, and a verdict: reproduced, contradicted (in this configuration, when the run departs "
+        "from what the paper describes), refuted in this configuration, not resolvable, or not testable at this "
+        "tier (no records, both sides at the floor, a gap still moving, or a code short of the ratio the claim is "
+        "about). Each finding cites its source's words, or reads as the project's own question. The CPU tiers "
+        "train narrow models; the plateau tier trains them further (docs/reproductions.md)."
     )
     table = verdict_frame(frame, version)
     st.dataframe(table, hide_index=True, width="stretch", key="claims_table")
