@@ -251,6 +251,9 @@ def test_report_claims_prints_every_claim_with_a_verdict_and_the_tier_state(caps
     verdicts = [line.split(":")[0] for line in out.splitlines() if line and line[0].isupper() and ": " in line]
     assert set(verdicts) <= {v.upper() for v in __import__("leaderboard.claims").claims.VERDICTS}
     assert out.count("  tier state: ") == len(load_claims())
+    # every state line leads with the gap's trend (or says why a claim has none)
+    states = [line for line in out.splitlines() if line.startswith("  tier state: ")]
+    assert all("gap" in line for line in states), [line for line in states if "gap" not in line]
 
 
 def test_a_setup_keeps_one_compressor_name_apart_and_a_time_column_is_lower_better(lb):
