@@ -15,8 +15,10 @@ counts as the worst; a tie goes to the smaller rate). The choice is written to `
 (seed 0 of every arm, then seed 1, ...), so whatever has finished is paired.
 
 Each cell is one job of the fair queue (``benchmarks/cpuq.py --both``: two replicas, two
-processes) appending to ``--store``; a cell already in the store is skipped, so rerunning the same
-command resumes. Run it from a clean checkout (the records carry the commit).
+processes) appending to ``--store``. A phase's jobs are queued together, in order (the sweep's 12,
+then the judged 20), so they keep their places in the queue while they wait; they run one at a
+time. A cell already in the store is skipped, so rerunning the same command resumes. Run it from a
+clean checkout (the records carry the commit; ``--root`` names it when this file lives elsewhere).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ARMS = {
@@ -52,18 +55,21 @@ def command(arm: str, lr: float, seed: int, store: str) -> list[str]:
     ]  # fmt: skip
 
 
-def queued(arm: str, lr: float, seed: int, store: str) -> list[str]:
+def queued(arm: str, lr: float, seed: int, store: str, root: Path = ROOT) -> list[str]:
     """The same command as one job of the fair queue."""
     name = f"h46:{arm}-lr{lr:g}-s{seed}"
-    return [
-        sys.executable,
-        str(ROOT / "benchmarks" / "cpuq.py"),
-        "--both",
-        "--name",
-        name,
-        "--",
-        *command(arm, lr, seed, store),
-    ]
+    queue = [sys.executable, str(root / "benchmarks" / "cpuq.py"), "--both", "--name", name, "--"]
+    return queue + command(arm, lr, seed, store)
+
+
+def run_phase(cells: list[tuple[str, float, int]], store: str, root: Path) -> None:
+    """Queue every cell of a phase now, in order (a ticket each), and wait for all of them."""
+    jobs = []
+    for cell in cells:
+        jobs.append(subprocess.Popen(queued(*cell, store, root), cwd=root))
+        time.sleep(0.5)  # tickets are ordered by their creation time
+    for j in jobs:
+        j.wait()
 
 
 def final_loss(store: Path, arm: str, lr: float, seed: int) -> float:
@@ -96,27 +102,25 @@ def main() -> int:
     ap.add_argument("--store", required=True, help="the results store (JSON Lines), appended to")
     ap.add_argument("--choice", default=None, help="where the chosen rates go (default: STORE.choice.json)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    ap.add_argument("--root", default=str(ROOT), help="the checkout the cells run in (default: this file's)")
     a = ap.parse_args()
+    root = Path(a.root).resolve()
     store = Path(a.store).resolve()
     choice_path = Path(a.choice) if a.choice else store.with_suffix(".choice.json")
     sweep = [(arm, lr, SWEEP_SEED) for arm in ARMS for lr in RATES]
-    for cell in sweep:
-        if a.dry_run:
-            print(" ".join(command(*cell, str(store))))
-        else:
-            subprocess.run(queued(*cell, str(store)), cwd=ROOT, check=False)
     if a.dry_run:
+        for cell in sweep:
+            print(" ".join(command(*cell, str(store))))
         print(f"then, per arm, the judged seeds {JUDGED_SEEDS} at the rate chosen by the rule")
         return 0
+    run_phase(sweep, str(store), root)
     rates = choose(store)
     losses = {arm: {f"{lr:g}": final_loss(store, arm, lr, SWEEP_SEED) for lr in RATES} for arm in ARMS}
     choice_path.write_text(json.dumps({"rule": "lowest final validation loss at the sweep seed; ties: smaller rate",
                                        "sweep_seed": SWEEP_SEED, "optimizer": OPTIMIZER, "codes": ARMS,
                                        "losses": losses, "chosen": rates}, indent=1) + "\n")  # fmt: skip
     print(f"chosen rates: {rates} ({choice_path})", flush=True)
-    for seed in JUDGED_SEEDS:
-        for arm in ARMS:
-            subprocess.run(queued(arm, rates[arm], seed, str(store)), cwd=ROOT, check=False)
+    run_phase([(arm, rates[arm], seed) for seed in JUDGED_SEEDS for arm in ARMS], str(store), root)
     return 0
 
 
