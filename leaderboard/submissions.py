@@ -56,6 +56,7 @@ from typing import Any, Iterable
 
 import yaml
 
+from leaderboard.safe_text import skeleton
 from suite.results.entries import latest_flags, record_digest, row_id, row_keys
 from suite.results.maintainers import MAINTAINER_ENTRIES as _MAINTAINER_LIST
 from suite.results.record_json import load_record
@@ -340,42 +341,48 @@ def _check_plugin(entry_dir: Path, info: EntryInfo) -> None:
 
 
 # --------------------------------------------------------------------------- look-alike names
-# Letters that render like others (Cyrillic, Greek, full-width forms fold under NFKC), and digit / letter swaps.
-_CONFUSABLE = str.maketrans(
-    {
-        "а": "a", "е": "e", "о": "o", "р": "p", "с": "c", "х": "x", "у": "y", "і": "i", "ј": "j", "ѕ": "s",
-        "ԁ": "d", "һ": "h", "ӏ": "l", "к": "k", "м": "m", "н": "h", "т": "t", "в": "b", "ь": "b", "п": "n",
-        "α": "a", "ε": "e", "ο": "o", "ρ": "p", "ν": "v", "τ": "t", "ι": "i", "κ": "k", "μ": "m", "β": "b",
-        "0": "o", "1": "l", "i": "l", "|": "l", "3": "e", "4": "a", "5": "s", "7": "t", "8": "b", "9": "g",
-    }
-)  # fmt: skip
-_MAINTAINER_LOOKS = ("mpcbench-baselines", "mpcbench-maintainers", "mpcbench built-in compressors")
-
-
-def _skeleton(text: str) -> str:
-    """``text`` as it looks: NFKC, case-folded, confusable letters and digits mapped, only letters kept."""
-    import unicodedata
-
-    s = unicodedata.normalize("NFKC", text).casefold()
-    s = "".join(ch for ch in unicodedata.normalize("NFKD", s) if not unicodedata.combining(ch))
-    s = s.translate(_CONFUSABLE).replace("rn", "m").replace("vv", "w")
-    return "".join(ch for ch in s if ch.isalpha())
+# the names the maintainers' entries and the project go by (an entry may not look like any of them)
+_MAINTAINER_LOOKS = ("mpcbench-baselines", "mpcbench-maintainers", "mpcbench built-in compressors", "mpcbench team")
+_MAINTAINER_WORDS = ("baseline", "maintainer", "built-in", "official", "team", "project", "admin")
 
 
 def lookalike_of_maintainers(info: EntryInfo) -> str:
-    """One line when an entry's id, name or submitter looks like the maintainers' entry ("" if not)."""
-    looks = {_skeleton(m) for m in (*MAINTAINER_ENTRIES, *_MAINTAINER_LOOKS)}
-    mark = _skeleton("mpcbench")
+    """One line when an entry's id, name or submitter looks like the maintainers' entry or the project's
+    name by the confusables skeleton (:func:`leaderboard.safe_text.skeleton`, UTS #39) ("" if not)."""
+    looks = {skeleton(m) for m in (*MAINTAINER_ENTRIES, *_MAINTAINER_LOOKS)}
+    mark = skeleton("mpcbench")
     for what, text in (("entry id", info.entry), ("name", info.name), ("submitter", info.submitter)):
-        sk = _skeleton(text)
-        if sk in looks or (
-            mark in sk and any(_skeleton(w) in sk for w in ("baseline", "maintainer", "built-in", "official"))
-        ):
+        sk = skeleton(text)
+        if sk in looks or (mark in sk and any(skeleton(w) in sk for w in _MAINTAINER_WORDS)):
             return (
                 f"the {what} {_one_line(text, 80)!r} looks like the maintainers' entry, but this entry is not theirs "
                 f"(only {', '.join(sorted(MAINTAINER_ENTRIES))} is)"
             )
     return ""
+
+
+def _flag_lookalike_entries(records: list[dict[str, Any]], problems: list[Problem]) -> None:
+    """Flag (on the page and as a problem line; nothing is dropped) each entry whose id or name has the same
+    confusables skeleton as another entry's: ``paper-x`` beside ``pаper-x`` with a Cyrillic a."""
+    infos: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if isinstance(r.get("entry_info"), dict):
+            infos.setdefault(str(r.get("entry")), r["entry_info"])
+    by_look: dict[str, set[str]] = {}
+    for entry, info in infos.items():
+        for text in {entry, str(info.get("name") or "")}:
+            if sk := skeleton(text):
+                by_look.setdefault(sk, set()).add(entry)
+    for same in by_look.values():
+        if len(same) < 2:
+            continue
+        for entry in sorted(same):
+            if entry in MAINTAINER_ENTRIES or infos[entry].get("lookalike"):
+                continue
+            others = ", ".join(sorted(same - {entry}))[:200]
+            line = f"the entry {_one_line(entry, 80)!r} looks like another entry ({others}): check which one you mean"
+            infos[entry]["lookalike"] = line
+            problems.append(Problem(entry, f"flagged, not skipped: {line}"))
 
 
 # --------------------------------------------------------------------------- results files
@@ -1006,6 +1013,7 @@ def load_entries(
         records = _resolve_copies(root, records, problems)
     except Exception as e:  # noqa: BLE001 - keep everything rather than lose the page
         problems.append(Problem(str(root), f"record ownership not checked: {type(e).__name__}: {_one_line(e)}"))
+    _flag_lookalike_entries(records, problems)
     if _seen is not None:
         for r in records:
             _seen.setdefault(r["record_id"], r["entry"])

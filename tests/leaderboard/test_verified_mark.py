@@ -285,6 +285,12 @@ def test_ownership_follows_the_base_branchs_merge_order_not_commit_dates(tmp_pat
         ("submitter", "mpcbench-maintainers"),
         ("name", "ＭＰＣｂｅｎｃｈ baselines v2"),
         ("name", "mpcbench official"),
+        # issue 45: found past the old table (UTS #39 confusables skeleton now)
+        ("name", "mpcbench-basel\u0131nes"),  # dotless i
+        ("name", "mpcbench-\u0299aselines"),  # Latin small capital B
+        ("name", "\u13b7PC\u13cfENCH-BASELINES"),  # Cherokee letters MU and SI
+        ("name", "mpcbench\u202e-baselines"),  # a right-to-left override inside
+        ("submitter", "mpcbench team"),  # the project's name
     ],
 )
 def test_names_that_look_like_the_maintainers_entry_are_flagged(tmp_path, lb, field, value):
@@ -294,6 +300,28 @@ def test_names_that_look_like_the_maintainers_entry_are_flagged(tmp_path, lb, fi
     [p] = problems
     assert "looks like the maintainers' entry" in p.reason and "\n" not in p.reason
     assert submissions.lookalike_of_maintainers(read_entry_info(d))
+
+
+def test_an_entry_that_looks_like_another_entry_is_flagged(tmp_path, lb):
+    """Issue 45: look-alikes against existing entries, not only the maintainers'."""
+    lb.write_entry(tmp_path, "topk-paper", [lb.make_record("cifar10", "fp16", 0)], name="TopK paper")
+    lb.write_entry(tmp_path, "copy", [lb.make_record("cifar10", "fp16", 1)], name="T\u043epK paper")  # Cyrillic o
+    records, problems = load_entries(tmp_path)
+    assert len(records) == 2  # flagged, still loaded
+    flagged = {r["entry"] for r in records if r["entry_info"].get("lookalike")}
+    assert flagged == {"copy", "topk-paper"} and all("looks like another entry" in p.reason for p in problems)
+
+
+def test_untrusted_text_never_becomes_a_link():
+    """Issue 45: a bare URL or address in a notice was auto-linked by the page's markdown."""
+    import re
+
+    from leaderboard.page_notes import notice_text
+
+    text = notice_text("Entry 'https://evil.example/login www.evil.example admin@evil.example' has no records")
+    autolink = re.compile(r"https?://|www\.|[\w.+-]+@[\w-]+\.")
+    assert not autolink.search(text) and "evil.example" in text
+    assert text.replace("\u200b", "").replace("\\", "").count("https://evil.example/login") == 1  # reads the same
 
 
 def test_ordinary_names_are_not_flagged(tmp_path, lb):
