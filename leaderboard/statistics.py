@@ -48,6 +48,8 @@ __all__ = [
     "t_cdf",
     "t_ppf",
     "minimal_detectable_difference",
+    "Difference",
+    "quality_difference",
     "aggregate",
 ]
 
@@ -460,6 +462,43 @@ def _pick_baseline(bases: list[dict[str, Any]], entry: str, machine: str) -> tup
     return best["_i"], "maintainers"
 
 
+@dataclass(frozen=True)
+class Difference:
+    """One row's quality against another's: ``delta`` (mean minus the other's mean), Welch's
+    ``p_value`` and its ``significance`` mark, the ``mdd`` and what measured it, and ``resolved``
+    (``|delta| >= mdd``; None when the MDD is unknown)."""
+
+    delta: float
+    p_value: float
+    significance: str
+    mdd: float = math.nan
+    mdd_source: str = ""
+    resolved: bool | None = None
+
+
+def quality_difference(
+    row: tuple[float, float, int], base: tuple[float, float, int], known: SeedSpread | None = None
+) -> Difference:
+    """``row`` against ``base``, each ``(mean, sample variance, seeds)``; ``known``: the task and
+    tier's measured spread, used when a side has fewer than 2 seeds (see :func:`aggregate`)."""
+    (mean, var, n), (mean_b, var_b, nb) = row, base
+    p = welch_p(mean, var, n, mean_b, var_b, nb)
+    delta = float(mean - mean_b)
+    # the measured spread of these two rows when both have it, else the task's figure; no
+    # evaluation-set term: every seed is evaluated on the same fixed subset, so the measured
+    # seed spread already holds the item-level disagreement between models
+    if n >= 2 and nb >= 2:
+        std = math.sqrt(((n - 1) * var + (nb - 1) * var_b) / (n + nb - 2))
+        source, df = "seeds of this row and its baseline", None
+    elif known is not None:
+        std, source, df = known.seed_std, known.source, known.df
+    else:
+        return Difference(delta, p, significance_marker(p, n, nb))
+    mdd = minimal_detectable_difference(std, n, nb, df=df)
+    resolved = None if math.isnan(mdd) else abs(delta) >= mdd
+    return Difference(delta, p, significance_marker(p, n, nb), mdd, source, resolved)
+
+
 def _add_deltas(agg: pd.DataFrame, spread: Mapping[tuple[str, str], SeedSpread]) -> None:
     """Fill the delta, significance and MDD columns in place (see :func:`aggregate`).
 
@@ -521,29 +560,16 @@ def _add_deltas(agg: pd.DataFrame, spread: Mapping[tuple[str, str], SeedSpread])
             out["delta"][i] = 0.0
             out["significance"][i] = "baseline"
             continue
-        n, nb = int(r["n"]), int(base["n"])
-        if n == 0:
+        if int(r["n"]) == 0:
             out["significance"][i] = "no results"
             continue
-        p = welch_p(r["metric_mean"], r["_var"], n, base["metric_mean"], base["_var"], nb)
-        delta = float(r["metric_mean"] - base["metric_mean"])
-        out["delta"][i], out["p_value"][i] = delta, p
-        out["significance"][i] = significance_marker(p, n, nb)
-        # the measured spread of these two rows when both have it, else the task's figure; no
-        # evaluation-set term: every seed is evaluated on the same fixed subset, so the measured
-        # seed spread already holds the item-level disagreement between models
-        known = spread.get((r["task"], r["tier"]))
-        if n >= 2 and nb >= 2:
-            std = math.sqrt(((n - 1) * r["_var"] + (nb - 1) * base["_var"]) / (n + nb - 2))
-            source, df = "seeds of this row and its baseline", None
-        elif known is not None:
-            std, source, df = known.seed_std, known.source, known.df
-        else:
-            continue
-        mdd = minimal_detectable_difference(std, n, nb, df=df)
-        out["mdd"][i], out["mdd_source"][i] = mdd, source
-        if not math.isnan(mdd):
-            out["resolved"][i] = abs(delta) >= mdd
+        d = quality_difference(
+            (r["metric_mean"], r["_var"], int(r["n"])),
+            (base["metric_mean"], base["_var"], int(base["n"])),
+            spread.get((r["task"], r["tier"])),
+        )
+        out["delta"][i], out["p_value"][i], out["significance"][i] = d.delta, d.p_value, d.significance
+        out["mdd"][i], out["mdd_source"][i], out["resolved"][i] = d.mdd, d.mdd_source, d.resolved
     for k, v in out.items():
         agg[k] = pd.Series(
             v,

@@ -8,6 +8,7 @@
     mpcbench run --link 100Mbps --task shakespeare --compressor fp8   # emulated hosts (root)
     mpcbench links --task shakespeare --compressor none --link 1Gbps --link 20mbit   # measured vs modeled
     mpcbench report --network 1Gbps
+    mpcbench compare records/mine/results.jsonl --fail-above 0.02   # against the maintainers' rows (CI)
     mpcbench validate results/store.jsonl    # or records/<entry>/, or a matrix .yaml
 
 Exit codes: 0 success; 1 a cell failed / a file has problems; 2 bad command line or config
@@ -29,6 +30,8 @@ from .options import RUN_OPTIONS, Choices, Option, add_to_argparse
 __all__ = ["main", "build_parser"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+# matrix_file.MATRIX_PATH, named here without that module's torch import (names are checked before it)
+MATRIX_YAML = Path(__file__).with_name("matrix.yaml")
 
 
 class UsageError(Exception):
@@ -180,7 +183,35 @@ def _executor(args: argparse.Namespace):
         raise UsageError(str(e)) from None
 
 
+def _check_names(what: str, wanted: Sequence[str], known: Sequence[str], valid: str = "valid") -> None:
+    """A name nothing defines is a typo: one line with the closest valid name and the list (``valid``:
+    the list's lead-in), read from plain files, never importing torch: it answers in well under a second."""
+    if unknown := [w for w in wanted if w not in known]:
+        import difflib  # compressors.api's did_you_mean would import torch
+
+        close = difflib.get_close_matches(unknown[0], list(known), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UsageError(f"unknown {what} {unknown[0]!r}{hint}; {valid}: {', '.join(known)}")
+
+
+def _check_run_names(args: argparse.Namespace) -> None:
+    """``run``'s task and tier names, before the fork server and the planning import torch (a typo
+    took 25 s to answer at load 11-25). A ``--plugin`` may register tasks: then the planner decides."""
+    if not args.plugin:
+        if (loaded := sys.modules.get("tasks")) is not None:  # imported already: registered tasks count too
+            tasks = list(loaded.available_tasks())
+        else:
+            from suite.results.task_catalog import catalog
+
+            tasks = sorted(catalog())
+        _check_names("task", list(args.task or ()), tasks, "valid tasks")
+    tiers = _tier_names(Path(args.matrix) if args.matrix else MATRIX_YAML)
+    if tiers:
+        _check_names("tier", [args.tier], tiers, "valid tiers")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    _check_run_names(args)
     if args.jobs is None:  # as many cells at once as the cores allow (Ray keeps its own default)
         from .resources import default_jobs
 
@@ -233,9 +264,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def round_report(done: int, last: int) -> None:
         # a ranking as soon as a round of the breadth-first order is in; the last round ends with the summary
-        if done != last and not args.no_round_reports:
+        if args.no_round_reports:
+            return
+        if done != last:
             print(f"\n== ranking after round {done + 1} of {last + 1} (mpcbench report --results {store.path})")
             _print_report([str(store.path)], tier, tasks)
+        elif last > 0:  # the last round: the summary below is its report (a "round 1 of 2" needs its round 2)
+            print(
+                f"\n== round {done + 1} of {last + 1} done: the summary of this run follows "
+                f"(the whole ranking: mpcbench report --results {store.path})"
+            )
 
     outcomes = run_cells(cells, store, progress=not args.no_progress, executor=_executor(args), on_round=round_report)
     if any(o.record for o in outcomes):
@@ -410,14 +448,14 @@ def _load_for_report(args: argparse.Namespace) -> tuple[Any, list[str], Any]:
     return index.frame, msgs, index
 
 
-def _tier_names(path: Path) -> set[str]:
-    """The tier names of a matrix file, read as plain YAML (the report stays torch-free)."""
+def _tier_names(path: Path) -> list[str]:
+    """The tier names of a matrix file in its order, read as plain YAML (the report stays torch-free)."""
     import yaml
 
     try:
-        return set((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("tiers") or {})
-    except (OSError, yaml.YAMLError, AttributeError):
-        return set()
+        return list((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("tiers") or {})
+    except (OSError, yaml.YAMLError, AttributeError, TypeError):
+        return []
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -437,15 +475,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
             known |= set(catalog())
         else:
-            from .matrix_file import MATRIX_PATH
-
-            known |= _tier_names(MATRIX_PATH)
-        if unknown := [w for w in wanted if w not in known]:
-            import difflib  # compressors.api's did_you_mean would import torch into the report
-
-            close = difflib.get_close_matches(unknown[0], sorted(known), n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise UsageError(f"unknown {what} {unknown[0]!r}{hint}; valid: {', '.join(sorted(known))}")
+            known |= set(_tier_names(MATRIX_YAML))
+        _check_names(what, wanted, sorted(known))
         if wanted:
             frame = frame[frame[what].isin(wanted)]
     if frame.empty:
@@ -487,6 +518,47 @@ def cmd_report(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     return EXIT_OK
+
+
+# --------------------------------------------------------------------------- compare
+def cmd_compare(args: argparse.Namespace) -> int:
+    """A store's rows against the maintainers' rows of the same task, tier and setup (leaderboard.compare)."""
+    store = Path(args.store)
+    if not store.is_file():
+        raise UsageError(f"{store}: no such results store (a .jsonl file written by mpcbench run --results)")
+    if args.fail_above is not None and not args.fail_above >= 0:
+        raise UsageError(f"--fail-above must be a non-negative difference in the task's metric, got {args.fail_above}")
+    from leaderboard.compare import compare, write_compare
+    from leaderboard.frame import MAINTAINERS
+    from leaderboard.index import load_index
+    from leaderboard.networks import network_profiles
+    from leaderboard.report import default_network
+    from leaderboard.safe_text import plain
+    from suite.results import COMMITTED_RECORDS
+
+    records = Path(args.records) if args.records else COMMITTED_RECORDS
+    if not (records / MAINTAINERS).is_dir():
+        raise UsageError(f"{records}: no {MAINTAINERS}/ folder in it (--records names the records/ folder holding it)")
+    mine = load_index([str(store)], [])
+    for p in mine.problems:
+        print(f"skipped: {plain(p)}", file=sys.stderr)
+    if mine.frame.empty or not (mine.frame["status"] == "ok").any():
+        raise UsageError(f"{store}: no ok records to compare (run cells into it with mpcbench run --results {store})")
+    theirs = load_index([], [str(records)]).frame
+    profiles = network_profiles(mine.frame)
+    network = args.network or default_network(mine.frame)
+    if args.network and args.network not in profiles:
+        raise UsageError(
+            f"unknown network {args.network!r} for {store}; valid: {', '.join(profiles) or 'none modeled'}"
+        )
+    result = compare(mine.frame, theirs, network=network, fail_above=args.fail_above)
+    write_compare(result, sys.stdout)
+    if result.table.empty:
+        raise UsageError(
+            f"{store}: no row has a maintainers' row of the same task, tier and setup to compare with "
+            "(the maintainers ran the quick tier: mpcbench run --tier quick)"
+        )
+    return EXIT_FAILED if result.failed else EXIT_OK
 
 
 # --------------------------------------------------------------------------- validate
@@ -595,7 +667,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmark compressors of activations and gradients in pipeline- and data-parallel training.",
     )
     sub = ap.add_subparsers(
-        dest="command", required=True, metavar="{list,run,links,check,submit,report,validate,verify}"
+        dest="command", required=True, metavar="{list,run,links,check,submit,report,compare,validate,verify}"
     )
 
     p = sub.add_parser("list", help="list compressors, tasks and tiers")
@@ -724,6 +796,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="one benchmark score per compressor: performance profiles of time-to-target over (task, network) pairs",
     )
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser(
+        "compare",
+        help="a results store's rows against the maintainers' rows of the same task, tier and setup (for CI)",
+    )
+    p.add_argument("store", help="the results store (.jsonl) to compare, e.g. records/<entry>/results.jsonl")
+    p.add_argument(
+        "--fail-above",
+        type=float,
+        default=None,
+        metavar="DELTA",
+        help="exit 1 when a row's quality is worse than the maintainers' by more than DELTA (the task's metric units)",
+    )
+    p.add_argument("--network", default=None, help="network of the modeled time-to-target (default 1Gbps)")
+    p.add_argument(
+        "--records", default=None, help="the records/ folder holding mpcbench-baselines/ (default: the checkout's)"
+    )
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("validate", help="check results files, records/<entry>/ folders or a matrix YAML")
     p.add_argument("path", nargs="+")

@@ -192,7 +192,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         "tier",
         default="smoke",
         help="matrix tier (default smoke; the shipped matrix has smoke, quick, "
-        "gpu, full; checked against the --matrix file)",
+        "plateau, gpu, full: mpcbench list tiers; checked against the --matrix file)",
     ),
     Option(
         "--task",
