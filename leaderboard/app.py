@@ -54,6 +54,8 @@ DIRECTION_LABELS = {
     "tp_backward": "tensor-parallel (gradient all-reduces)",
 }
 QUALITY_LABELS = {"compressed": "with compression at evaluation", "uncompressed": "without compression at evaluation"}
+QUALITIES_SHORT = {"compressed": "evaluated compressed", "uncompressed": "evaluated uncompressed"}
+OWN_ROW_STYLE = "background-color: #fff3b0"  # the rows of the entry the link names
 CUSTOM = "custom (sliders)"
 # bandwidth slider: 4 steps per decade from 1 Mbps to 1 Tbps, plus every named profile's bandwidth
 BANDWIDTHS = sorted(
@@ -117,6 +119,18 @@ def _ranked_input(_frame: pd.DataFrame, version: tuple, task: str, tier: str, li
     if link is not None:
         rows = remodel(_index_obj.heavy(rows), link).drop(columns=["timing_inputs"])
     return rows, ranking.aggregate(rows)
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def _cached_details(_rows: pd.DataFrame, version: tuple, ids: tuple) -> pd.DataFrame:
+    return load_details(_rows)
+
+
+def _details(rows: pd.DataFrame, version: tuple) -> pd.DataFrame:
+    """``load_details(rows)`` read once per index version and set of records, not on every rerun (it
+    reads and validates every record's JSON line): a filter change that keeps the rows reuses it.
+    Shared between reruns and sessions: callers read it, never change it."""
+    return _cached_details(rows, version, tuple(zip(rows["source"], rows["record_id"])))
 
 
 def _skipped(problems) -> None:
@@ -497,14 +511,16 @@ def _sidebar(frame: pd.DataFrame, shown: pd.DataFrame, stores: list[str], record
         ),
         key="tier",
     )
-    setup = _setup_control(sb, shown[(shown["task"] == task) & (shown["tier"] == tier)])
+    setup = _setup_control(sb, shown[(shown["task"] == task) & (shown["tier"] == tier)], url_entry)
     for note in (entry_notice(shown, url_entry, task, tier), baseline_notice(shown, task, tier)):
         if note:
             st.info(notice_text(note))  # the URL's ?entry= is anyone's text: never markdown
     rules = list(ranking.RULES)
     # the report's rule, unless no record has modeled times for it to rank
     no_times = not ranking.network_profiles(frame)
-    default_rule = next((r for r in rules if not ranking.RULES[r].needs_network), rules[0]) if no_times else ranking.DEFAULT_RULE
+    default_rule = (
+        next((r for r in rules if not ranking.RULES[r].needs_network), rules[0]) if no_times else ranking.DEFAULT_RULE
+    )
     rule = sb.selectbox(
         "Ranking rule",
         rules,
@@ -542,73 +558,64 @@ def _sidebar(frame: pd.DataFrame, shown: pd.DataFrame, stores: list[str], record
     return Filters(task, tier, setup, rule, quality, network, link, link_words, direction, min_ratio, **local)
 
 
-def setup_kind(setup: str) -> str:
-    """A run layout in words: ``tensor-parallel (tp=2)``, ``data-parallel (dp=2)``, ``pipeline``."""
-    parts = [p.strip() for p in setup.split(",")]
-    tp = [p for p in parts if p.startswith("tp=")]
-    dp = [p for p in parts if p.startswith(("dp=", "dp_size="))]
-    kinds = (["tensor-parallel"] if tp else []) + (["data-parallel"] if dp else [])
-    return " + ".join(kinds) + f" ({', '.join(tp + dp)})" if kinds else "pipeline"
-
-
-def _setup_control(sb, rows: pd.DataFrame) -> str | None:
+def _setup_control(sb, rows: pd.DataFrame, entry: str) -> str | None:
     """The layouts this task and tier ran (pipeline, tensor-parallel, data-parallel) as a selector:
-    one at a time, each ranked against its own none, never interleaved (None: only one layout)."""
-    setups = sorted(rows["setup"].unique(), key=lambda v: (setup_kind(v) != "pipeline", v)) if len(rows) else []
+    one at a time, each ranked against its own none, never interleaved (None: only one layout).
+    Default: the URL's, else the setup of the entry the URL names, else the one with the most
+    compressors (:func:`leaderboard.views.setups_by_size`), labelled by what it is."""
+    setups = views.setups_by_size(rows)
     if len(setups) <= 1:
         return setups[0] if setups else None
+    own = views.setups_by_size(rows[rows["entry"] == entry]) if entry else []
     return sb.selectbox(
         "Setup",
         setups,
-        index=setups.index(_url_default("setup", setups, setups[0])),
-        format_func=lambda v: f"{setup_kind(v)}: {v}",
+        index=setups.index(_url_default("setup", setups, own[0] if own else setups[0])),
+        format_func=views.setup_title,
         key="setup",
-        help="How the model was split: pipeline stages only, or tensor-parallel / data-parallel ranks as well. "
-        "Each layout is ranked against its own uncompressed run.",
+        help="How the model was split: pipeline stages, tensor-parallel ranks, data-parallel replicas, or one "
+        "process. Each layout is ranked against its own uncompressed run; the list starts with the one most "
+        "compressors ran.",
     )
 
 
-def _ranking_section(f: Filters, ranked: pd.DataFrame, rows: pd.DataFrame, metric: str, higher: bool) -> float:
-    """The question, the task's facts and the ranked table; returns the task's target."""
-    st.subheader("Ranking")
-    desc = describe_task(f.task)  # the task module's DESCRIPTION (suite.results.task_catalog)
-    if desc:
-        st.caption(desc.page_text())
-    warned = int((ranked["n_warnings"] > 0).sum()) if "n_warnings" in ranked else 0
-    if warned:  # our own text and a count only: the warning texts are record text (see Entry details)
-        st.warning(
-            f"{warned} entr{'y has' if warned == 1 else 'ies have'} warnings in their records (column 'warnings'); "
-            "pick the entry under 'Entry details' to read them."
-        )
+def _ranking_section(
+    f: Filters, ranked: pd.DataFrame, rows: pd.DataFrame, metric: str, higher: bool, entry: str
+) -> float:
+    """The question and the ranked table first (at 1400x900 its first rows are on the first screen),
+    the facts in two short lines, every explanation folded below; returns the task's target."""
     target = view_target(rows)  # the maintainers' target: another entry's record cannot move it
     mdd = ranked["mdd"].dropna()
-    mdd_text = f"{mdd.median():.3g}" if len(mdd) else "unknown (one seed and no measured spread)"
+    mdd_text = f"{mdd.median():.3g}" if len(mdd) else "unknown (one seed, no measured spread)"
     rule = ranking.RULES[f.rule]
     # our own text only: the metric name is record text, so it goes in only when it is a plain word
     safe_metric = metric if re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,39}", metric) else "quality"
     question = rule.question(
         safe_metric, higher_is_better=higher, target=target, network=f.link_words, min_ratio=f.min_ratio
     )
-    st.text(
-        f"{question}\n"
-        f"task: {f.task}    tier: {f.tier}    metric: {metric} ({'higher' if higher else 'lower'} is better), "
-        f"{QUALITY_LABELS[f.quality]}    target: {target:.4g}\n"
-        f"network: {f.link_words}    direction: {DIRECTION_LABELS[f.direction]}"
-        + (f"    setup: {setup_kind(f.setup)}: {f.setup}" if f.setup else "")
+    st.subheader("Ranking")
+    st.markdown("**" + question + "**")  # the rule's words, a plain-word metric, our numbers: no record text
+    st.text(  # record text (task, metric, setup) as plain text
+        f"{f.task} / {f.tier}"
+        + (f" / {views.setup_title(f.setup)}" if f.setup else "")
+        + f"    {metric} ({'higher' if higher else 'lower'} is better, {QUALITIES_SHORT[f.quality]}), "
+        f"target {target:.4g}    network {f.link_words}    {DIRECTION_LABELS[f.direction]}"
         + (f"    entry: {ranked['entry'].iloc[0]}" if len(ranked) and ranked["entry"].nunique() == 1 else "")
         + "\n"
-        f"minimal detectable difference (alpha 0.05, vs baseline): {mdd_text}; smaller differences are 'not resolved'"
+        f"differences below {mdd_text} are 'not resolved' (minimal detectable difference, alpha 0.05)"
     )
-    explanation = rule  # the rule's own text (the app's, not a record's)
-    st.markdown(f"**{explanation.title}.** {explanation.explain(safe_metric, higher_is_better=higher)}")
     table = ranking.display_table(ranked, network=f.network, direction=f.direction, quality=f.quality)
+    own = (ranked["entry"] == entry).to_numpy() if entry else None
     # one entry or one setup: said once above, not repeated in a column on every row
     table = table.drop(columns=[c for c in ("entry", "setup") if c in table and table[c].nunique() <= 1])
     table = views.compact_marks(table)  # short significance marks: the answer columns fit a laptop's screen
-    st.caption(views.MARKS_LEGEND)
+    shown: pd.DataFrame | object = table
+    if own is not None and own.any() and not own.all():
+        # the linked entry's rows stand out (a background colour: the cells stay text)
+        shown = table.style.apply(lambda r: [OWN_ROW_STYLE if own[r.name] else ""] * len(r), axis=1)
     # st.dataframe, not st.table: st.table renders markdown in cells, and record text must stay inert
     st.dataframe(
-        table,
+        shown,
         hide_index=True,
         width="stretch",
         height=_table_height(len(table)),
@@ -623,6 +630,22 @@ def _ranking_section(f: Filters, ranked: pd.DataFrame, rows: pd.DataFrame, metri
             "spec": st.column_config.TextColumn(width="large", help="The compressor with every parameter"),
         },
     )
+    if own is not None and own.any() and not own.all():
+        st.text(f"Highlighted: the {int(own.sum())} row(s) of entry {entry} (from the link).")
+    warned = int((ranked["n_warnings"] > 0).sum()) if "n_warnings" in ranked else 0
+    if warned:  # our own text and a count only: the warning texts are record text (see Entry details)
+        st.warning(
+            f"{warned} entr{'y has' if warned == 1 else 'ies have'} warnings in their records (column 'warnings'); "
+            "pick the entry under 'Entry details' to read them."
+        )
+    with st.expander("How this ranking works, and the marks", expanded=False):
+        explanation = rule  # the rule's own text (the app's, not a record's)
+        st.markdown(f"**{explanation.title}.** {explanation.explain(safe_metric, higher_is_better=higher)}")
+        st.caption(views.MARKS_LEGEND)
+    desc = describe_task(f.task)  # the task module's DESCRIPTION (suite.results.task_catalog)
+    if desc:
+        with st.expander("About this task", expanded=False):
+            st.caption(desc.page_text())
     with st.expander("Full specs (every parameter)", expanded=False):
         st.dataframe(table[["compressor", "spec"]], hide_index=True, width="stretch", key="spec_table")
     return target
@@ -711,6 +734,7 @@ def _pareto_section(f: Filters, ranked: pd.DataFrame, metric: str, higher: bool)
 
 
 def _time_to_quality_section(
+    version: tuple,
     f: Filters,
     rows: pd.DataFrame,
     ranked: pd.DataFrame,
@@ -735,7 +759,7 @@ def _time_to_quality_section(
     chosen = st.multiselect("Entries", list(labels), default=default, key="curves")
     sel = [labels[c] for c in chosen]
     picked = rows[views._selected(rows, sel) & rows["latest"] & (rows["status"] == "ok")] if sel else rows.iloc[:0]
-    detailed = load_details(picked) if len(picked) else picked.assign(curve=[], timing_inputs=[])
+    detailed = _details(picked, version) if len(picked) else picked.assign(curve=[], timing_inputs=[])
     link = _link_for_plot(f.network, f.link)
     ttq = ranking.time_to_quality_frame(detailed, link, sel, quality=f.quality)
     if ttq.empty:
@@ -786,7 +810,7 @@ def _curves_section(detailed: pd.DataFrame, sel: list, metric: str) -> None:
         st.altair_chart(_curves_chart(curves, metric), width="content")
 
 
-def _detail_section(f: Filters, rows: pd.DataFrame, labels: dict, own: list[str]) -> None:
+def _detail_section(version: tuple, f: Filters, rows: pd.DataFrame, labels: dict, own: list[str]) -> None:
     """One row's card, its warnings and its raw records."""
     st.subheader("Entry details")
     options = list(labels)
@@ -799,7 +823,7 @@ def _detail_section(f: Filters, rows: pd.DataFrame, labels: dict, own: list[str]
     _write_url({"entry": pick})
     e, c, s, m = labels[pick]
     one = rows[views._selected(rows, [(e, c, s, m)])]
-    detail = ranking.entry_detail(load_details(one), f.task, f.tier, e, c, s, m)
+    detail = ranking.entry_detail(_details(one, version), f.task, f.tier, e, c, s, m)
     card = ranking.entry_card(detail)
     st.dataframe(
         pd.DataFrame(card, columns=["", "value"]),
@@ -873,6 +897,32 @@ def _score_section(frame: pd.DataFrame, version: tuple, tier: str) -> None:
     st.altair_chart(chart, width="content")
 
 
+@st.cache_data(show_spinner="Comparing across tasks ...", max_entries=8)
+def _overview(_frame: pd.DataFrame, version: tuple, tier: str) -> pd.DataFrame:
+    """Every (entry, compressor) of the tier across tasks, with its score (one build per frame and tier)."""
+    agg = ranking.aggregate(_frame[(_frame["tier"] == tier) & (_frame["status"] == "ok")])
+    return views.overview_table(agg, _score(_frame, version, tier).table)
+
+
+def _overview_section(frame: pd.DataFrame, version: tuple, tier: str) -> None:
+    """One line per compressor across the tier's tasks (each task's Δ vs none, the score), searchable."""
+    st.subheader("Overview across tasks")
+    search = st.text_input(
+        "Search compressors",
+        key="overview_search",
+        placeholder="e.g. topk, quant, my-entry",
+        help="Keeps the lines whose compressor or entry contains this text.",
+    )
+    table = views.search_overview(_overview(frame, version, tier), search)
+    st.caption(
+        f"The {tier} tier: each task's Δ vs none in the task's setup with the most compressors (marks as in the "
+        "ranking), and the benchmark score below ('-': not run on every task)."
+    )
+    st.dataframe(
+        table, hide_index=True, width="stretch", key="overview_table", height=_table_height(min(len(table), 12))
+    )
+
+
 def _reproductions_section(frame: pd.DataFrame, version: tuple) -> None:
     """The seed papers' claims with their verdicts and the tier's state (leaderboard/views_claims.py)."""
     from leaderboard import views_claims
@@ -935,16 +985,17 @@ def main(argv: list[str] | None = None) -> None:
     higher = bool(ranked["higher_is_better"].iloc[0]) if len(ranked) else True
     _write_filters_to_url(f)
 
-    target = _ranking_section(f, ranked, rows, metric, higher)
+    url_entry = str(st.session_state.get("_url_entry") or "")
+    target = _ranking_section(f, ranked, rows, metric, higher, url_entry)
+    _overview_section(frame, version, f.tier)
     _bandwidth_section(f, rows, version, index)
     _pareto_section(f, ranked, metric, higher)
     labels = _row_labels(ranked)  # rows that differ only by setup get the setup in their label
-    url_entry = str(st.session_state.get("_url_entry") or "")
     own = [lbl for lbl, key in labels.items() if key[0] == url_entry]
-    sel, detailed = _time_to_quality_section(f, rows, ranked, labels, own, metric, higher, target)
+    sel, detailed = _time_to_quality_section(version, f, rows, ranked, labels, own, metric, higher, target)
     _curves_section(detailed, sel, metric)
-    _detail_section(f, rows, labels, own)
-    bandwidth_section(rows, version, f.task, f.tier, load_details)  # what link each entry needs
+    _detail_section(version, f, rows, labels, own)
+    bandwidth_section(rows, version, f.task, f.tier, lambda r: _details(r, version))  # what link each entry needs
     _score_section(frame, version, f.tier)
     _reproductions_section(frame, version)
     with st.expander("All aggregated columns"):

@@ -27,7 +27,7 @@ from leaderboard.networks import network_profiles
 from leaderboard.rules import DEFAULT_RULE, RULES
 from leaderboard.safe_text import markdown_cell, plain
 from leaderboard.statistics import MEASURED_SPREAD, aggregate, minimal_detectable_difference
-from leaderboard.views import display_table
+from leaderboard.views import display_table, setup_title, setups_by_size
 from suite.results.task_catalog import describe as describe_task
 
 __all__ = [
@@ -237,11 +237,19 @@ def write_report(
     targets = {key: view_target(g) for key, g in frame.groupby(["task", "tier"])}
     setups = ranked.groupby(["task", "tier"])["setup"].nunique() if "setup" in ranked else pd.Series(dtype=int)
     by = ["task", "tier", "setup"] if "setup" in ranked else ["task", "tier"]
+    # per task and tier, its setups in the page's order: the one with the most compressors first
+    order = {
+        (t, r, s): i
+        for (t, r), g in ranked.groupby(["task", "tier"], sort=False)
+        for i, s in enumerate(setups_by_size(g) if "setup" in g else [""])
+    }
+    groups = sorted(ranked.groupby(by, sort=True), key=lambda kg: (kg[0][0], kg[0][1], order.get(tuple(kg[0]), 0)))
+    described: set[str] = set()
     with pd.option_context("display.max_columns", None, "display.width", 250, "display.max_colwidth", 60):
-        for key, g in ranked.groupby(by, sort=True):
+        for key, g in groups:
             task, tier = key[0], key[1]
             # one table per setup (pipeline, tensor-parallel, data-parallel): its own none row, no setup column
-            setup = str(key[2]) if len(key) > 2 and setups.get((task, tier), 1) > 1 else ""
+            setup = setup_title(str(key[2])) if len(key) > 2 and setups.get((task, tier), 1) > 1 else ""
             table = display_table(g, network=network, direction=opts.direction)
             table = table.drop(columns="setup") if "setup" in table else table
             n_seeds = sorted({int(n) for n in g["n"]})
@@ -253,7 +261,8 @@ def write_report(
             where = f"{task} / {tier}" + (f" / {setup}" if setup else "")
             say(inert(f"== {where}  (metric: {metric}; seeds per entry: {', '.join(map(str, n_seeds))}) =="))
             desc = describe_task(str(task))  # the task module's DESCRIPTION: what it is, chance, CPU caveat
-            if desc is not None:
+            if desc is not None and task not in described:  # once per task, not once per setup and tier
+                described.add(str(task))
                 text = inert(desc.page_text())
                 say(text if opts.wide else "\n".join(textwrap.wrap(text, REPORT_WIDTH, subsequent_indent="  ")))
             question = rule.question(

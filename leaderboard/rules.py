@@ -207,7 +207,9 @@ class Rule:
         out = out.drop(columns=[*key_cols, "_rank_sort"]).reset_index(drop=True)
         for _, g in out.groupby(["task", "tier"], sort=False):
             out.loc[g.index, "rank_label"] = [
-                f"{label} ({int(n)} of {int(wanted)} seeds)" if short and label != "-" and " seeds)" not in label else label
+                f"{label} ({int(n)} of {int(wanted)} seeds)"
+                if short and label != "-" and " seeds)" not in label
+                else label
                 for label, short, n, wanted in zip(self.rank_labels(g), g["short_of_seeds"], g["n"], g["seeds_wanted"])
             ]
         return out

@@ -34,7 +34,18 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-__all__ = ["find_chromium", "free_port", "serve", "Browser", "view_query", "capture", "main"]
+__all__ = [
+    "find_chromium",
+    "free_port",
+    "serve",
+    "Browser",
+    "ranking_rows_on_screen",
+    "RANKING_ROWS_JS",
+    "RANKING_TEXT_JS",
+    "view_query",
+    "capture",
+    "main",
+]
 
 APP = Path(__file__).resolve().with_name("app.py")
 CHROMIUM_FLAGS = [
@@ -252,6 +263,30 @@ class Browser:
                 return value
             time.sleep(0.3)
 
+    def click(self, x: float, y: float) -> None:
+        """A left click at page coordinates (CSS pixels), as a user's mouse does it."""
+        for kind in ("mousePressed", "mouseReleased"):
+            self.send("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+
+    def select(self, label: str, option: str) -> None:
+        """Pick ``option`` in the Streamlit selectbox labelled ``label``: click it, type, Enter."""
+        box = self.eval(
+            "(() => { const s = [...document.querySelectorAll('[data-testid=stSelectbox]')]"
+            f".find(e => e.innerText.trim().startsWith({json.dumps(label)}));"
+            " if (!s) return null; const r = s.querySelector('input, [role=combobox]').getBoundingClientRect();"
+            " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
+        )
+        if not box:
+            raise LookupError(f"no selectbox labelled {label!r} on the page")
+        self.click(*box)
+        self.send("Input.insertText", text=option)
+        for kind in ("keyDown", "keyUp"):
+            self.send("Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter", windowsVirtualKeyCode=13)
+
+    def running(self) -> bool:
+        """Whether the app's script is running (or the page is still drawing its skeleton)."""
+        return not self.eval(_DONE_JS)
+
     def screenshot(self, path: str | Path, *, width: int | None = None, full_page: bool = True) -> Path:
         """PNG of the page; with ``full_page`` the viewport first grows to the app's content height."""
         if full_page:
@@ -279,6 +314,22 @@ class Browser:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# the ranking grid (the page's first table): its top edge, its row count (accessible table) and its text
+RANKING_GRID_JS = "[...document.querySelectorAll('[data-testid=stDataFrame]')][0]"
+RANKING_ROWS_JS = (
+    f"(() => {{ const g = {RANKING_GRID_JS}; return g ? g.querySelectorAll('[role=row]').length - 1 : 0; }})()"
+)
+RANKING_TEXT_JS = f"(() => {{ const g = {RANKING_GRID_JS}; return g ? g.innerText : ''; }})()"
+GRID_ROW_PX, GRID_HEADER_PX = 35, 38  # the grid's fixed row and header heights (leaderboard/app.py's _table_height)
+
+
+def ranking_rows_on_screen(b: Browser) -> int:
+    """How many rows of the ranking grid lie wholly inside the viewport as it is scrolled now."""
+    top = float(b.eval(f"(() => {{ const g = {RANKING_GRID_JS}; return g ? g.getBoundingClientRect().top : 1e9; }})()"))
+    rows, height = int(b.eval(RANKING_ROWS_JS) or 0), float(b.eval("window.innerHeight"))
+    return max(0, min(rows, int((height - top - GRID_HEADER_PX) // GRID_ROW_PX)))
 
 
 _LATENCY_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}

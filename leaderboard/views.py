@@ -35,6 +35,10 @@ __all__ = [
     "short_name",
     "compact_marks",
     "MARKS_LEGEND",
+    "setup_title",
+    "setups_by_size",
+    "overview_table",
+    "search_overview",
 ]
 
 
@@ -223,6 +227,40 @@ def row_label(
     compressor alone when one entry is shown)."""
     head = f"{entry} / {compressor}" if with_entry else compressor
     return head + (f" / {setup}" if with_setup else "") + (f" / {machine}" if with_machine else "")
+
+
+def setup_title(setup: str) -> str:
+    """A run setup (:func:`suite.results.entries.setup_label`) as what it is, then its details:
+    ``"pipeline, 4 stages (1f1b, M=4, cpu)"``, ``"tensor parallel tp=2, 2 stages (...)"``,
+    ``"2 replicas, data parallel (...)"``, ``"single process (...)"`` (one stage, nothing split)."""
+    parts = [p.strip() for p in str(setup).split(",") if p.strip()]
+    if not parts:
+        return ""
+    stages = next((int(p.split()[0]) for p in parts if p.endswith(("stage", "stages")) and p.split()[0].isdigit()), 0)
+    tp = next((p for p in parts if p.startswith("tp=")), "")
+    dp = next((p.split("=", 1)[1] for p in parts if p.startswith(("dp=", "dp_size="))), "")
+    split = f"{stages} stages" if stages > 1 else ""
+    if tp:
+        kind = ", ".join(filter(None, [f"tensor parallel {tp}", split]))
+    elif dp:
+        kind = ", ".join(filter(None, [f"{dp} replicas, data parallel", split]))
+    elif stages > 1:
+        kind = f"pipeline, {split}"
+    else:
+        kind = "single process" if stages == 1 else "pipeline"
+    rest = [
+        p for p in parts if not p.endswith(("stage", "stages")) and p != tp and not p.startswith(("dp=", "dp_size="))
+    ]
+    return kind + (f" ({', '.join(rest)})" if rest else "")
+
+
+def setups_by_size(rows: pd.DataFrame) -> list[str]:
+    """The setups of ``rows`` (one task and tier), the one with the most compressors first: the
+    setup a reader of the task means (ties: pipelines first, then by name)."""
+    if rows.empty or "setup" not in rows:
+        return []
+    counts = rows.groupby("setup")["compressor"].nunique()
+    return sorted(counts.index, key=lambda s: (-int(counts[s]), not setup_title(s).startswith("pipeline"), s))
 
 
 def short_name(row: Any) -> str:
@@ -548,3 +586,66 @@ def display_table(
         if col in table and not table[col].astype(bool).any():
             table = table.drop(columns=col)  # nothing to flag here: no empty column
     return table
+
+
+def _delta_cell(r: dict[str, Any]) -> str:
+    """A row's quality difference to none with its marks, short (:data:`MARKS_LEGEND`)."""
+    if r["significance"] in ("baseline", "no baseline", "no results"):
+        return r["significance"]
+    text = f"{r['delta']:+.4f} {r['significance']}".strip() + (", not resolved" if r.get("resolved") is False else "")
+    text += f" (n={int(r['n'])})"
+    for long, short in _SHORT_MARKS:
+        text = text.replace(long, short)
+    return text
+
+
+def overview_table(agg: pd.DataFrame, score: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One line per (entry, compressor) of one tier's aggregate (:func:`leaderboard.statistics.aggregate`):
+    its Δ vs none on each task, in the task's setup with the most compressors (:func:`setups_by_size`),
+    then its benchmark score (``score``: :class:`leaderboard.score.ScoreResult`'s table; ``-`` where a
+    row is not scored). Ordered by score, then name."""
+    cells: dict[tuple[str, str], dict[str, str]] = {}
+    names: dict[tuple[str, str], str] = {}
+    tasks = sorted(agg["task"].unique()) if len(agg) else []
+    for task in tasks:
+        rows = agg[agg["task"] == task]
+        setups = setups_by_size(rows)
+        rows = rows[rows["setup"] == setups[0]] if setups else rows
+        metric = next((m for m in rows["metric_name"] if m), "quality")
+        for r in rows.to_dict("records"):
+            key = (r["entry"], r["compressor"])
+            names.setdefault(key, short_name(r))
+            cells.setdefault(key, {})[f"{task} Δ {metric}"] = _delta_cell(r)
+    scores: dict[tuple[str, str], tuple[float, str]] = {}
+    if score is not None and len(score):
+        for r in score.to_dict("records"):
+            ranked = bool(r.get("ranked", True))
+            scores[(r["entry"], r["compressor"])] = (
+                float(r["score"]) if ranked else -1.0,
+                f"{r['score']:.3f}" + ("" if ranked else f" ({int(r.get('seeds', 0))} seeds)"),
+            )
+    columns = [f"{t} Δ {next((m for m in agg.loc[agg['task'] == t, 'metric_name'] if m), 'quality')}" for t in tasks]
+    out = []
+    for key, row in cells.items():
+        value, text = scores.get(key, (math.nan, "-"))
+        out.append(
+            {
+                "compressor": names[key],
+                "entry": key[0],
+                **{c: row.get(c, "") for c in columns},
+                "score": text,
+                "_s": value,
+            }
+        )
+    table = pd.DataFrame(out, columns=["compressor", "entry", *columns, "score", "_s"])
+    table = table.sort_values(["_s", "compressor", "entry"], ascending=[False, True, True], na_position="last")
+    return table.drop(columns="_s").reset_index(drop=True)
+
+
+def search_overview(table: pd.DataFrame, text: str) -> pd.DataFrame:
+    """The lines of :func:`overview_table` whose compressor or entry contains ``text`` (any case; all when blank)."""
+    needle = text.strip().lower()
+    if not needle:
+        return table
+    hit = lambda col: table[col].str.lower().str.contains(needle, regex=False)  # noqa: E731
+    return table[hit("compressor") | hit("entry")]

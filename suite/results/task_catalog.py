@@ -95,7 +95,10 @@ class TaskDescription:
             chance += f"; the strongest trivial predictor: {self.trivial:g}" + (
                 f" ({self.trivial_note})" if self.trivial_note else ""
             )
-        parts = [self.page.strip(), f"Metric: {self.metric} ({self.direction}); {chance}."]
+        page = self.page.strip()
+        # a page text that names its metric already is not told it again ("Metric:" twice on the page)
+        metric = "" if "Metric:" in page else f"Metric: {self.metric} ({self.direction}); "
+        parts = [page, f"{metric}{chance}."]
         if self.cpu_note:
             parts.append(f"CPU tier: {self.cpu_note.strip()}")
         return " ".join(parts)

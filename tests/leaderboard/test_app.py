@@ -49,6 +49,7 @@ def test_ranking_table_and_sections_render(app):
     subheaders = [s.value for s in app.subheader]
     assert subheaders == [
         "Ranking",
+        "Overview across tasks",
         "Time to target against bandwidth",
         "Quality versus bytes",
         "Time to quality",
@@ -66,6 +67,17 @@ def test_ranking_table_and_sections_render(app):
     assert '"plugin_hash"' in detail and '"provenance"' in detail and '"submitter"' in detail
     explanation = [m.value for m in app.markdown if "Fastest time-to-target" in m.value]  # the report's rule
     assert explanation and "Welch" in explanation[0]
+
+
+def test_the_overview_lists_every_compressor_across_tasks_with_its_score_and_a_search(app):
+    overview = next(d.value for d in app.main.dataframe if "score" in d.value.columns and "entry" in d.value.columns)
+    assert list(overview.columns) == ["compressor", "entry", "cifar10 Δ accuracy", "shakespeare Δ val_loss", "score"]
+    quant = overview[overview.compressor == "quant(bits=4)"].iloc[0]
+    assert quant["cifar10 Δ accuracy"].startswith("-0.01") and "(n=3)" in quant["cifar10 Δ accuracy"]
+    assert quant["score"] != "-" and overview.iloc[0]["score"] >= overview.iloc[1]["score"]  # best score first
+    app.text_input(key="overview_search").input("TOPK").run()
+    found = next(d.value for d in app.main.dataframe if "score" in d.value.columns and "entry" in d.value.columns)
+    assert list(found.compressor) == ["topk(ratio=0.1)"]
 
 
 def test_filters_change_the_ranking(app):
@@ -183,7 +195,10 @@ def test_setups_are_a_selector_each_ranked_against_its_own_none(monkeypatch, tmp
         recs.append(dict(r, cell_key=r["cell_key"] + "-tr", record_id=r["record_id"] + "-tr"))
     at = _app(monkeypatch, results=lb.write_jsonl(tmp_path / "store.jsonl", recs))
     single, torchrun = "3 stages, 1f1b, M=4, single, cpu", "3 stages, 1f1b, M=4, torchrun, cpu"
-    assert at.selectbox(key="setup").options == [f"pipeline: {single}", f"pipeline: {torchrun}"]
+    assert at.selectbox(key="setup").options == [  # what each is, then its details; as many compressors: by name
+        "pipeline, 3 stages (1f1b, M=4, single, cpu)",
+        "pipeline, 3 stages (1f1b, M=4, torchrun, cpu)",
+    ]
     table = _ranking(at)
     assert list(table.columns[:3]) == ["rank", "compressor", "accuracy"] and "setup" not in table
     assert sorted(table.compressor) == ["fp16", "none"] and "entry" not in table  # one entry: said once, above
@@ -309,6 +324,39 @@ def test_an_entry_in_the_url_picks_its_rows_and_card(monkeypatch, records_dir):
     assert not at.exception
     assert at.selectbox(key="detail").value.startswith("hostile-entry / ")
     assert any(lbl.startswith("hostile-entry / ") for lbl in at.multiselect(key="curves").value)
+
+
+def test_the_link_to_a_fresh_entry_opens_its_task_tier_and_setup_with_its_rows(monkeypatch, tmp_path, lb):
+    """``?entry=`` (what submit's preview opens): a plugin run like the maintainers' is shown among their
+    rows, highlighted; one run under torchrun on 4 stages (a setup of its own) opens that setup, not the
+    maintainers' 3-stage one without it. Without a link the page opens on the setup with the most compressors."""
+    records = tmp_path / "records"
+    lb.write_entry(records, "mpcbench-baselines", lb.make_records())
+    for entry, run in (("my-plugin", {}), ("my-torchrun", {"n_stages": 4, "mode": "torchrun"})):
+        mine = [lb.make_record("shakespeare", "topk(ratio=0.05)", s, record_id=f"{entry}-{s}") for s in (0, 1, 2)]
+        for rec in mine:
+            rec["run"] = {**rec["run"], **run}
+        lb.write_entry(records, entry, mine)
+    monkeypatch.setenv("MPCBENCH_RECORDS", str(records))
+    monkeypatch.setenv("MPCBENCH_RESULTS", "")
+
+    def opened(entry: str | None) -> AppTest:
+        at = AppTest.from_file(str(APP), default_timeout=60)
+        at.query_params.update({"entry": entry} if entry else {"task": "shakespeare"})
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        return at
+
+    at = opened("my-plugin")
+    assert (at.selectbox(key="task").value, at.selectbox(key="tier").value) == ("shakespeare", "quick")
+    assert at.selectbox(key="setup").value.startswith("3 stages")
+    table = _ranking(at)
+    assert "my-plugin" in set(table.entry) and {"none", "fp16"} <= set(table.compressor)
+    assert any(t.value.startswith("Highlighted: the 1 row(s) of entry my-plugin") for t in at.text)
+    at = opened("my-torchrun")
+    assert at.selectbox(key="setup").value.startswith("4 stages")
+    assert "topk(ratio=0.05)" in set(_ranking(at).compressor)
+    assert opened(None).selectbox(key="setup").value.startswith("3 stages")
 
 
 def test_screenshot_view_options_become_url_parameters():
