@@ -41,13 +41,19 @@ from leaderboard.screenshot import (  # noqa: E402
 WIDTH, HEIGHT = 1400, 900
 
 
-def options(b: Browser, label: str) -> list[str]:
-    """The choices of the selectbox labelled ``label`` (opens it, reads them, closes it)."""
-    b.select(label, "")  # open with nothing typed: every option is listed
-    opts = b.wait_js("[...document.querySelectorAll('[role=option]')].map(o => o.innerText.trim())", timeout=10)
-    for kind in ("keyDown", "keyUp"):
-        b.send("Input.dispatchKeyEvent", type=kind, key="Escape", code="Escape", windowsVirtualKeyCode=27)
-    return list(opts)
+def record_tasks(records_dirs: list[str], stores: list[str]) -> list[str]:
+    """The tasks with ok records in these sources (the page's task choices), read from the JSON lines."""
+    files = [f for d in records_dirs for f in Path(d).glob("*/*.jsonl")] + [Path(s) for s in stores]
+    tasks: set[str] = set()
+    for f in files:
+        for line in f.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and rec.get("status") == "ok" and isinstance(rec.get("task"), str):
+                tasks.add(rec["task"])
+    return sorted(tasks)
 
 
 def timed_change(b: Browser, label: str, option: str, timeout: float = 120.0) -> float:
@@ -63,7 +69,7 @@ def timed_change(b: Browser, label: str, option: str, timeout: float = 120.0) ->
     raise TimeoutError(f"{label} -> {option}: the ranking did not change within {timeout:.0f} s")
 
 
-def measure(app_args: list[str], *, warm: bool, network: str) -> dict:
+def measure(app_args: list[str], tasks: list[str], *, warm: bool, network: str) -> dict:
     load_before = os.getloadavg()
     env = dict(os.environ)
     if not warm:  # a fresh clone: no leaderboard index yet
@@ -76,10 +82,9 @@ def measure(app_args: list[str], *, warm: bool, network: str) -> dict:
         out["first_ranking_s"] = time.perf_counter() - t0
         b.wait_js("!document.querySelector('[data-testid=stStatusWidget]')", timeout=600)
         out["page_done_s"] = time.perf_counter() - t0
-        tasks = options(b, "Task")
-        first = b.eval("[...document.querySelectorAll('[data-testid=stSelectbox]')][0].innerText")
+        shown = str(b.eval("document.body.innerText"))  # the line under the question: "task / tier / setup"
         out["rows_on_first_screen"] = {t: 0 for t in tasks}
-        current = next((t for t in tasks if t in str(first)), tasks[0] if tasks else "")
+        current = next((t for t in tasks if f"{t} / " in shown), tasks[0] if tasks else "")
         out["rows_on_first_screen"][current] = ranking_rows_on_screen(b)
         for task in [t for t in tasks if t != current]:
             out["change_s"][f"task={task}"] = timed_change(b, "Task", task)
@@ -105,9 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     if find_chromium() is None:
         print("page_speed: chromium not found (apt-get install -y chromium, or MPCBENCH_CHROMIUM)", file=sys.stderr)
         return 2
-    app_args = [a for r in args.records or [str(REPO / "records")] for a in ("--records", r)]
+    app_args = [a for r in args.records or [str(REPO / "records")] for a in ("--records", r)]  # the page's sources
     app_args += [a for r in args.results for a in ("--results", r)]
-    result = measure(app_args, warm=args.warm, network=args.network)
+    records = args.records or [str(REPO / "records")]
+    result = measure(app_args, record_tasks(records, args.results), warm=args.warm, network=args.network)
     print(
         f"first ranking {result['first_ranking_s']:.1f} s, page done {result['page_done_s']:.1f} s, "
         f"slowest change {result['change_max_s'] or 0:.2f} s; load {result['load_before'][0]:.1f} -> "

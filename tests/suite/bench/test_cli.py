@@ -225,7 +225,7 @@ def test_usage_errors_are_one_line_exit_2(capsys, tmp_path, args, expected):
 
 def test_python_m_suite_is_the_cli():
     r = subprocess.run([sys.executable, "-m", "suite", "--help"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and "{list,run,links,check,submit,report,validate,verify}" in r.stdout
+    assert r.returncode == 0 and "{list,run,links,check,submit,report,compare,validate,verify}" in r.stdout
     r = subprocess.run(
         [sys.executable, "-m", "suite", "run", "--mode", "mpi"], capture_output=True, text=True, timeout=120
     )
