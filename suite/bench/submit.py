@@ -234,5 +234,7 @@ def submit(
                 say(f"  preview {task} / {tier} failed: {last}")
                 rc = 1
     if rc == 0:
+        # the page opens on the entry's own task, tier and setup with its rows highlighted (leaderboard/app.py)
+        say(f"  see it: streamlit run leaderboard/app.py, then open http://localhost:8501/?entry={entry.name}")
         say(f"mpcbench submit: ready; open a pull request adding {entry}/")
     return rc
