@@ -33,8 +33,8 @@ import pandas as pd
 import streamlit as st
 
 from leaderboard import crossover, ranking, views
-from leaderboard.frame import view_target
-from leaderboard.index import load_details, load_index
+from leaderboard.frame import DETAIL_COLUMNS, view_target
+from leaderboard.index import HEAVY_COLUMNS, load_details, load_index
 from leaderboard.labels import Scale, place_labels
 from leaderboard.networks import Link, format_bandwidth, remodel
 from leaderboard.page_notes import baseline_notice, entry_notice, entry_tier, notice_text
@@ -56,6 +56,7 @@ DIRECTION_LABELS = {
 QUALITY_LABELS = {"compressed": "with compression at evaluation", "uncompressed": "without compression at evaluation"}
 QUALITIES_SHORT = {"compressed": "evaluated compressed", "uncompressed": "evaluated uncompressed"}
 OWN_ROW_STYLE = "background-color: #fff3b0"  # the rows of the entry the link names
+DETAILS = (*DETAIL_COLUMNS, *HEAVY_COLUMNS)  # what load_details adds to a row: curve, config, provenance, timing
 CUSTOM = "custom (sliders)"
 # bandwidth slider: 4 steps per decade from 1 Mbps to 1 Tbps, plus every named profile's bandwidth
 BANDWIDTHS = sorted(
@@ -121,16 +122,29 @@ def _ranked_input(_frame: pd.DataFrame, version: tuple, task: str, tier: str, li
     return rows, ranking.aggregate(rows)
 
 
-@st.cache_resource(show_spinner=False, max_entries=64)
-def _cached_details(_rows: pd.DataFrame, version: tuple, ids: tuple) -> pd.DataFrame:
-    return load_details(_rows)
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _detail_store(version: tuple) -> dict[tuple[str, str], tuple]:
+    """(source, record_id) -> the record's details, filled as rows are asked for (one per index version)."""
+    return {}
 
 
 def _details(rows: pd.DataFrame, version: tuple) -> pd.DataFrame:
-    """``load_details(rows)`` read once per index version and set of records, not on every rerun (it
-    reads and validates every record's JSON line): a filter change that keeps the rows reuses it.
-    Shared between reruns and sessions: callers read it, never change it."""
-    return _cached_details(rows, version, tuple(zip(rows["source"], rows["record_id"])))
+    """``rows`` with their records' details (``index.load_details``: curve, config, provenance, timing
+    inputs), each record read once per index version: ``load_details`` reads and validates the record's
+    JSON line again, and the plots, the card and the link table each asked for it on every rerun.
+    Shared between reruns and sessions: callers read the lists and dicts, never change them."""
+    store = _detail_store(version)
+    keys = list(zip(rows["source"], rows["record_id"]))
+    missing = [i for i, k in enumerate(keys) if k not in store]
+    if missing:
+        got = load_details(rows.iloc[missing][["source", "record_id"]])
+        for k, *values in zip(zip(got["source"], got["record_id"]), *(got[c] for c in DETAILS)):
+            store[k] = tuple(values)
+    out = rows.copy()
+    for j, c in enumerate(DETAILS):
+        if c not in rows:  # timing inputs a re-modeled row carries already stay its own
+            out[c] = [store[k][j] for k in keys]
+    return out
 
 
 def _skipped(problems) -> None:
@@ -988,6 +1002,7 @@ def main(argv: list[str] | None = None) -> None:
     url_entry = str(st.session_state.get("_url_entry") or "")
     target = _ranking_section(f, ranked, rows, metric, higher, url_entry)
     _overview_section(frame, version, f.tier)
+    _details(rows, version)  # every record of the view read once, here, after the answer is on screen
     _bandwidth_section(f, rows, version, index)
     _pareto_section(f, ranked, metric, higher)
     labels = _row_labels(ranked)  # rows that differ only by setup get the setup in their label

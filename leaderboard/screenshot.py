@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tier", help="tier to show (default: quick)")
     p.add_argument("--rule", help="ranking rule: quality_at_ratio, time_to_target or pareto")
     p.add_argument("--network", help="network profile name, or BANDWIDTH/LATENCY for the sliders (e.g. 300Mbps/2ms)")
-    p.add_argument("--entry", help="entry folder name: its rows in the plots and its card in the details")
+    p.add_argument("--entry", help="entry folder name: its task, tier and setup, its rows highlighted, its card open")
     p.add_argument("--width", type=int, default=1800)
     p.add_argument(
         "--height", type=int, default=None, help="only what a screen this tall shows (default: the whole page)"
