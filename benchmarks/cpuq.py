@@ -9,7 +9,7 @@ order they start in is the order they were queued (no job starves behind later s
 
 A job takes one slot (``--both``: every slot, for a two-process cell or the test suite). Jobs
 start in ticket order when enough slots are free; a younger job may use a slot an older, bigger
-job cannot use yet (backfill), until that job has waited 30 minutes. A job runs with
+job cannot use yet (backfill), until that job has waited 2 hours. A job runs with
 ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` set to its slots. Tickets live in ``$CPUQ_DIR``
 (default ``/tmp/cpuq``); a ticket whose process died is dropped. Slots default to the usable cores.
 The job's exit status is the queue's. Stdlib only.
@@ -53,7 +53,7 @@ def _tickets() -> list[tuple[str, int, int, str]]:
     return out
 
 
-BACKFILL_S = 1800.0  # a job that needs more slots than are free holds back smaller ones after this long
+BACKFILL_S = 7200.0  # a job that needs more slots than are free holds back smaller ones after this long
 
 
 def _my_turn(live: list[tuple[str, int, int, str]], me: str, slots: int) -> bool:
