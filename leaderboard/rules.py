@@ -188,7 +188,7 @@ class Rule:
         out["seeds_wanted"] = [tier_seeds(str(tier)) for tier in out["tier"]]
         out["short_of_seeds"] = out["n"].to_numpy() < out["seeds_wanted"].to_numpy()
         keys = self.keys(out, quality_key, min_ratio=min_ratio, network=network, direction=direction)
-        # a row whose verification failed never ranks (issue 45): it is listed after the ranked rows, its
+        # a row whose verification failed never ranks: it is listed after the ranked rows, its
         # mark and reason on its line (leaderboard.submissions.row_verification)
         failed = out["verification"].eq("failed") if "verification" in out else pd.Series(False, index=out.index)
         keys = [out["short_of_seeds"].astype(float).where(keys[0].notna()), *keys]

@@ -100,7 +100,7 @@ MAX_PROBLEMS_PER_ENTRY = 20  # then the entry stops: a file of junk lines is che
 MAX_PLUGIN_BYTES = 2**20  # a plugin file; the hash reads at most this much
 MAX_YAML_EVENTS = 2_000  # parser events in entry.yaml (six short fields need ~20)
 # Entries the maintainers ran themselves: the only baselines other entries are compared with
-# (besides their own). The one list (suite/results/maintainers.py, issue 45) also keys them and must
+# (besides their own). The one list (suite/results/maintainers.py) also keys them and must
 # match CODEOWNERS; a code change, so a pull request cannot add itself here unseen.
 MAINTAINER_ENTRIES = _MAINTAINER_LIST
 VERIFICATION_FILE = "verification.json"  # written by `mpcbench verify`, never by a submitter

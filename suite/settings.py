@@ -111,6 +111,19 @@ SETTINGS: tuple[Setting, ...] = (
         "suite/settings.py -> suite/bench/provenance.py",
     ),
     Setting(
+        "MPCBENCH_WIRE_RECORD",
+        "",
+        "set by `mpcbench verify` on its re-runs (`1`): each torchrun process records its wire for the replay; "
+        "not a user setting",
+        "suite/pipeline/wire_log.py",
+    ),
+    Setting(
+        "MPCBENCH_WIRE_REPLAY",
+        "",
+        "set by `mpcbench verify` on a replayed process: the recorded input it is fed; not a user setting",
+        "suite/pipeline/wire_log.py",
+    ),
+    Setting(
         "MPCBENCH_RUN_DIR",
         "",
         "set by the runtime on every torchrun process (the cleanup sweep's marker); not a user setting",

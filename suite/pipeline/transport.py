@@ -32,6 +32,8 @@ not a hang. It calls the group's ``send`` / ``recv`` itself, which is what ``dis
 the Python calls of those wrappers (about ten per message) were a measured share of the per-message
 overhead (docs/performance.md, "pipeline and messages, third round"). Complex tensors go as
 ``view_as_real``, as in ``dist.isend``.
+A verification re-run records what crosses (``MPCBENCH_WIRE_RECORD``) and replays one process from the
+recording (``MPCBENCH_WIRE_REPLAY``): :mod:`suite.pipeline.wire_log`; off, the group is used directly.
 :class:`LocalTransport` connects stages of one process: it hands over private copies of
 the payload tensors and counts exactly the bytes and messages :class:`DistTransport` would.
 """
@@ -40,8 +42,9 @@ from __future__ import annotations
 
 import collections
 import math
+import os
 import re
-from typing import Hashable, Sequence
+from typing import Any, Hashable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -49,6 +52,7 @@ from torch import Tensor
 
 from compressors.api import Payload
 
+from . import wire_log
 from .accounting import ByteMeter
 
 __all__ = [
@@ -410,10 +414,13 @@ class DistTransport(Transport):
         self.rank = rank
         self.max_pending = max_pending
         self._pending: collections.deque[tuple[dist.Work, Tensor]] = collections.deque()
+        if os.environ.get(wire_log.ENV_REPLAY):  # the verifier replays this process alone (no peers)
+            self.group: Any = wire_log.wrap(None, rank)
+            return
         group = dist.group.WORLD  # the default process group: global ranks are its ranks
         if not isinstance(group, dist.ProcessGroup):
             raise TransportError(f"rank {rank}: torch.distributed is not initialized (no default process group)")
-        self.group = group
+        self.group = wire_log.wrap(group, rank)  # the group itself unless the verifier records the wire
 
     def _deliver(self, payload: Payload, dst: int, shape: Sequence[int], dtype: torch.dtype) -> int:
         buf = frame(payload, shape, dtype, self.device)

@@ -1,4 +1,4 @@
-"""The maintainers' entries: the one list (issue 45) that decides which ``records/<entry>`` folders are the
+"""The maintainers' entries: the one list that decides which ``records/<entry>`` folders are the
 maintainers', with the key their state is signed by.
 
 It drives the loader's ``is_maintainer`` (``leaderboard.submissions.MAINTAINER_ENTRIES``), hence the

@@ -91,7 +91,7 @@ class _Diffs:
     def count(self, name: str, a: Any, b: Any) -> None:
         if self.exact or not (isinstance(a, (int, float)) and isinstance(b, (int, float))):
             return self.same(name, a, b)
-        rtol = BYTES_RTOL  # deterministic counts: no spread widens it (issue 45)
+        rtol = BYTES_RTOL  # deterministic counts: no spread widens it
         if not abs(a - b) <= rtol * max(abs(a), abs(b), 1):
             self.out.append(f"{name}: recorded {a}, re-run {b} (more than {rtol:.1%} apart)")
 

@@ -1,4 +1,4 @@
-"""Who may change an entry: signed state, not signed commits (issue 45).
+"""Who may change an entry: signed state, not signed commits.
 
 An entry is **keyed** by the key its ``entry.yaml`` names **on the base branch** (an ssh-ed25519 public
 key, :mod:`suite.results.signing_key`), or, for a maintainers' entry, by the maintainers' key of the one

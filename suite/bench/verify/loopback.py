@@ -8,7 +8,7 @@ carried once the re-run ended (:class:`.sandbox.Loopback`). A re-run whose ``lo`
 the wire bytes it counted plus gloo's framing and control traffic (:func:`allowance`, measured on
 honest cells: docs/reliability.md, "The loopback audit") fails with one line.
 
-Collectives are audited too (issue 45: skipping them let a one-replica ``--dp fp16 --dp-size 1`` run
+Collectives are audited too (skipping them let a one-replica ``--dp fp16 --dp-size 1`` run
 carry a UDP channel unaudited): a data-parallel collective sends the counted payload several times
 over (a ring all-reduce 2 (n - 1) / n of it per rank, an all-gather n - 1 times), so its counted bytes
 are allowed :func:`collective_factor` times; with one replica nothing crosses a wire (the hook

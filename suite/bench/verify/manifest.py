@@ -1,4 +1,4 @@
-"""An entry's signed state (issue 45): ``manifest.json`` and its ssh signature ``manifest.json.sig``.
+"""An entry's signed state: ``manifest.json`` and its ssh signature ``manifest.json.sig``.
 
 The manifest names the entry's folder, a **version** that only grows, and the **digest** of the folder's
 content (every file but the verification's two and the manifest's own, by sha256:

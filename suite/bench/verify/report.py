@@ -33,6 +33,7 @@ from .code import CodeTrees, git
 from .compare import compare_all
 from .errors import VerifyError
 from .identity import check_identity
+from .replay import NotReproducible
 from .rerun import NoRecord, Rerun, SideChannel, run_cell_contained
 from .row_reference import RowReference
 from .sampling import FRACTION, inclusion_probabilities, sample_rows
@@ -149,6 +150,8 @@ def check_cell(
         new.record["_record_id"] = record["record_id"]
         _judge(check, record, new, same_seed=True, reference=reference)
     except SideChannel as e:  # the re-run's stages talked past the counted wire: the row fails
+        check.status, check.detail = "mismatch", str(e)
+    except NotReproducible as e:  # a process, replayed alone from its counted input, did not reproduce its outputs
         check.status, check.detail = "mismatch", str(e)
     except NoRecord as e:  # said as it is: no record to compare (never read as a side channel)
         check.status, check.detail = "rerun failed", str(e)
@@ -378,14 +381,14 @@ def verify_entry(
 
         def one(item: tuple[RowKey, dict[str, Any]]) -> tuple[RowKey, CellCheck, Rerun | None]:
             try:
-                return checked(item)
+                return check_one(item)
             except Exception as e:  # noqa: BLE001 - every row gets a status; the report is always written
                 key, rec = item
                 c = CellCheck(rec["cell_id"], rec["record_id"], "cannot verify", "", row_id(key))
                 c.detail = sanitise("the check raised", f"{type(e).__name__}: {e}", log)
                 return key, c, None
 
-        def checked(item: tuple[RowKey, dict[str, Any]]) -> tuple[RowKey, CellCheck, Rerun | None]:
+        def check_one(item: tuple[RowKey, dict[str, Any]]) -> tuple[RowKey, CellCheck, Rerun | None]:
             key, rec = item
             kept = _kept_rerun(keep, rec)
             if progress:

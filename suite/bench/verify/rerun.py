@@ -5,7 +5,9 @@ The verifier, not the re-run, says on which machine and under which load it ran 
 (load above one runnable process per core, or the re-run's own measurement says so) runs again,
 up to ``attempts`` times, and the least loaded attempt is kept: its times are what the board shows,
 flagged as measured under load if every attempt was. The record's own times are never used. Every
-attempt's loopback is audited (:mod:`.loopback`): a side channel between its stages fails it.
+attempt's loopback is audited (:mod:`.loopback`), and every process of a torchrun attempt is replayed
+alone from the bytes it was counted receiving (:mod:`.replay`): a process that does not reproduce its
+outputs fails the row ("not reproducible from its bytes").
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from suite.settings import usable_cpus
 
 from .errors import VerifyError
 from .loopback import audit
+from .replay import RUNNER_WIRE, check_wire, needs_replay, replay_all, wire_lines
 from .sandbox import ENV_ALLOW, JAIL_DIR, Containment, Loopback, contained_run, sanitise
 
 __all__ = [
@@ -41,7 +44,8 @@ RECORD_TAG = "mpcbench-verify-record: "
 # Runs one cell in a code tree of any version (before and after the suite/ split); prints its record.
 # The layout is read from the tree's files, not by trying imports: an editable install of another
 # checkout would answer an import the tree cannot (its finder maps missing subpackages elsewhere).
-RUNNER = f"""
+RUNNER = (
+    f"""
 import json, os, sys
 tree = os.getcwd()
 if os.path.exists(os.path.join(tree, "suite", "bench", "cell.py")):
@@ -57,6 +61,8 @@ cfg = CellConfig.from_dict(json.load(open(sys.argv[1])))
 rec = run_cell(cfg, log_dir=sys.argv[2])
 print({RECORD_TAG!r} + json.dumps(rec), flush=True)
 """
+    + RUNNER_WIRE
+)
 CONTENDED_PER_CORE = 1.0  # 1-minute load per core above which a re-run's times are taken under load
 
 
@@ -203,6 +209,7 @@ def rerun_environment(
     )
     if jail is not None:
         env["VERIFY_STAGE_JAIL"] = json.dumps(jail)
+    env["MPCBENCH_WIRE_RECORD"] = "1"  # each process records its wire, for the replay (:mod:`.replay`)
     return env
 
 
@@ -227,7 +234,8 @@ def _load_per_core() -> float:
 
 
 def _once(record: dict[str, Any], tree: Path, commit: str, entry_dir: Path, time_limit_s: float, threads: int,
-          box: Containment, log: Path | None) -> tuple[dict[str, Any], Loopback | None]:  # fmt: skip
+          box: Containment, log: Path | None) -> tuple[dict[str, Any], Loopback | None, dict[int, bytes]]:  # fmt: skip
+    """(the re-run's record, what its loopback carried, each process's recorded wire by rank)."""
     with tempfile.TemporaryDirectory(prefix="mpcbench-verify-cell-") as tmp:
         work = Path(tmp)
         os.chmod(work, 0o755)
@@ -248,10 +256,30 @@ def _once(record: dict[str, Any], tree: Path, commit: str, entry_dir: Path, time
         )
         for line in proc.stdout.splitlines():
             if line.startswith(RECORD_TAG):
-                return json.loads(line[len(RECORD_TAG) :]), getattr(proc, "loopback", None)
+                return json.loads(line[len(RECORD_TAG) :]), getattr(proc, "loopback", None), wire_lines(proc.stdout)
         raise NoRecord(
             sanitise(f"the re-run produced no record (exit {proc.returncode})", proc.stderr or proc.stdout, log)
         )
+
+
+def _replay(record: dict[str, Any], new: dict[str, Any], lo: Loopback | None, wire: dict[int, bytes], tree: Path,
+            commit: str, entry_dir: Path, time_limit_s: float, threads: int, box: Containment,
+            log: Path | None) -> dict[str, Any]:  # fmt: skip
+    """Every process of the re-run replayed alone from its recorded input (:mod:`.replay`): what the report
+    keeps; NotReproducible when one did not reproduce its outputs; VerifyError when a row with a submitted
+    compressor cannot be replayed."""
+    why_not = needs_replay(new)
+    if not why_not and not (tree / "suite" / "pipeline" / "wire_log.py").is_file():
+        why_not = "the recorded commit's code predates the wire replay"
+    if why_not:
+        if submitted_compressors(record) and not why_not.startswith("one process"):
+            raise VerifyError(f"a submitted compressor's re-run is not replayed ({why_not}): cannot verify")
+        return {"replayed": False, "why": why_not}
+    inputs = check_wire(new, wire, lo)
+    with tempfile.TemporaryDirectory(prefix="mpcbench-verify-replay-cfg-") as tmp:
+        os.chmod(tmp, 0o755)
+        cfg = config_for_rerun(record, entry_dir, time_limit_s, Path(tmp))
+        return replay_all(new, wire, inputs, cfg, tree, commit, threads, box, time_limit_s, log)
 
 
 def run_cell_contained(
@@ -272,7 +300,7 @@ def run_cell_contained(
     best: Rerun | None = None
     for n in range(1, max(1, attempts) + 1):
         before = _load_per_core()
-        new, lo = _once(record, tree, commit, entry_dir, time_limit_s, threads, box, log)
+        new, lo, wire = _once(record, tree, commit, entry_dir, time_limit_s, threads, box, log)
         after = _load_per_core()
         if new.get("status") != "ok":  # its count stopped early: lo's traffic is no side channel's evidence
             raise NoRecord(
@@ -282,6 +310,7 @@ def run_cell_contained(
         side, seen = audit(new, lo)
         if side:
             raise SideChannel(side)
+        seen["replay"] = _replay(record, new, lo, wire, tree, commit, entry_dir, time_limit_s, threads, box, log)
         measured = ((new.get("timing_inputs") or {}).get("measurement") or {}).get("contended")
         contended = bool(measured) or max(before, after) > CONTENDED_PER_CORE
         got = Rerun(new, machine_info(), [before, after], n, contended, loopback=seen)

@@ -284,7 +284,7 @@ def containment(hide: Path | None = None, needed: tuple[Path, ...] = ()) -> Cont
         "network: its own namespace with only loopback",
         "PID and IPC namespaces: everything it starts is killed when it ends; no System V IPC with the host",
         "loopback audit: what the namespace's lo carried against the wire bytes the re-run counted "
-        "(pipeline cells; collectives are not audited)",
+        "(collectives at their replicas' multiple; the replay of each process is the first line)",
     ]
     readonly, why_not = _readonly_works()
     if readonly:

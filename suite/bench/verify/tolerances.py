@@ -1,4 +1,4 @@
-"""How far a re-run may be from a record: spreads no entry can widen (issue 45).
+"""How far a re-run may be from a record: spreads no entry can widen.
 
 Same machine class and torch build, same seed: bit for bit (:mod:`.report`, ``_exact``). Otherwise a
 quality field is held to the **maintainers' measured spread of the task and tier**

@@ -115,7 +115,7 @@ def test_a_rerun_that_produced_no_record_says_so_and_is_never_a_side_channel(mon
     row read "side channel"."""
     failed = {**_four_stage_none(0, 0), "status": "failed", "error": "RuntimeError: rank 2 died"}
     lots = sandbox.Loopback(0, 0, 50_000_000, 90_000)
-    monkeypatch.setattr(rerun, "_once", lambda *a, **k: (copy.deepcopy(failed), lots))
+    monkeypatch.setattr(rerun, "_once", lambda *a, **k: (copy.deepcopy(failed), lots, {}))
     try:
         rerun.run_cell_contained({}, Path("."), "a" * 40, Path("."), 60.0, 1, None, attempts=1)  # type: ignore[arg-type]
     except rerun.NoRecord as e:
