@@ -77,6 +77,18 @@ def read_log(data: bytes) -> tuple[dict[str, Any], Iterator[tuple[bytes, int, by
     return header, records()
 
 
+def _open(folder: str, rank: int, suffix: str) -> BinaryIO:
+    f = open(Path(folder) / f"wire-rank{rank}.{suffix}", "wb")  # noqa: SIM115 - open for the process's life
+    f.write(_header(rank))
+    return f
+
+
+def _write_sent(f: BinaryIO, tensors: list[Tensor], dst: int) -> None:
+    for t in tensors:
+        write_log(f, SENT, dst, _bytes(t))
+    f.flush()
+
+
 class _Done:
     """A completed send or receive (what ``work.wait()`` is asked of)."""
 
@@ -99,13 +111,10 @@ class RecordingGroup:
 
     def __init__(self, inner: Any, rank: int, folder: str) -> None:
         self.inner = inner
-        self.f = open(Path(folder) / f"wire-rank{rank}.log", "wb")  # noqa: SIM115 - open for the process's life
-        self.f.write(_header(rank))
+        self.f = _open(folder, rank, "log")
 
     def send(self, tensors: list[Tensor], dst: int, tag: int) -> Any:
-        for t in tensors:
-            write_log(self.f, SENT, dst, _bytes(t))
-        self.f.flush()
+        _write_sent(self.f, tensors, dst)
         return self.inner.send(tensors, dst, tag)
 
     def recv(self, tensors: list[Tensor], src: int, tag: int) -> Any:
@@ -128,13 +137,10 @@ class ReplayGroup:
             if kind == RECEIVED:
                 self.queues[peer].append(data)
         self.rank = rank
-        self.f = open(Path(folder) / f"wire-rank{rank}.replay", "wb")  # noqa: SIM115 - open for the process's life
-        self.f.write(_header(rank))
+        self.f = _open(folder, rank, "replay")
 
     def send(self, tensors: list[Tensor], dst: int, tag: int) -> _Done:
-        for t in tensors:
-            write_log(self.f, SENT, dst, _bytes(t))
-        self.f.flush()
+        _write_sent(self.f, tensors, dst)
         return _Done()
 
     def recv(self, tensors: list[Tensor], src: int, tag: int) -> _Done:

@@ -122,6 +122,13 @@ def _records(raw: bytes, what: str) -> tuple[dict[str, Any], list[tuple[bytes, i
         raise NotReproducible(f"not reproducible from its bytes: {what} is malformed ({type(e).__name__})") from None
 
 
+def _first_difference(a: list[Any], b: list[Any]) -> int | None:
+    """The index of the first message where two sequences differ (None: equal)."""
+    if a == b:
+        return None
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def _counted_p2p(record: dict[str, Any]) -> int:
     sets = dict(record.get("bytes") or {})
     sets["eval"] = record.get("eval_bytes") or {}
@@ -151,9 +158,8 @@ def check_wire(record: dict[str, Any], wire: dict[int, bytes], lo: Loopback | No
         for kind, peer, data in recs:
             (sent if kind == SENT else got).setdefault((r, peer) if kind == SENT else (peer, r), []).append(data)
     for pair in sorted(set(sent) | set(got)):
-        a, b = sent.get(pair, []), got.get(pair, [])
-        if a != b:
-            i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        i = _first_difference(sent.get(pair, []), got.get(pair, []))
+        if i is not None:
             raise NotReproducible(
                 f"not reproducible from its bytes: rank {pair[1]} recorded receiving other bytes from rank {pair[0]} "
                 f"than rank {pair[0]} recorded sending (message {i})"
@@ -254,12 +260,11 @@ def replay_all(
         except (ValueError, KeyError, TypeError, AttributeError, binascii.Error):
             raise NotReproducible(f"not reproducible from its bytes: rank {r}'s replay said nothing readable") from None
         for peer in sorted(set(sent_rec) | set(replayed)):
-            a, b = sent_rec.get(peer, []), replayed.get(peer, [])
-            if a != b:
-                i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            i = _first_difference(sent_rec.get(peer, []), replayed.get(peer, []))
+            if i is not None:
                 raise NotReproducible(
                     f"not reproducible from its bytes: rank {r} alone, fed what its peers sent it, sent other bytes "
-                    f"to rank {peer} (message {i} of {len(a)})"
+                    f"to rank {peer} (message {i} of {len(sent_rec.get(peer, []))})"
                 )
         if curve:
             evaluated = True
