@@ -345,8 +345,15 @@ def _ok_rows(frame: pd.DataFrame, c: Claim, compressor: str, words: str | None =
         if col not in rows:
             rows = rows.assign(**{col: ""})
     for word in (w.strip() for w in ((c.setup if words is None else words) or "").split(",") if w.strip()):
-        keep = [word in [x.strip() for x in str(s).split(",")] for s in rows["setup"]]
+        # a part of the label equal to the word, or starting with it and a space ("sgd momentum 0.9
+        # clip 1" holds "sgd momentum 0.9 clip 1 lr 0.3": any rate of that optimizer)
+        keep = [
+            any(x == word or x.startswith(word + " ") for x in (y.strip() for y in str(s).split(",")))
+            for s in rows["setup"]
+        ]
         rows = rows.loc[pd.Series(keep, index=rows.index, dtype=bool)]
+    if c.seeds is not None:  # the judged seeds only (a sweep's seed chose the rates): before the setup is picked
+        rows = rows[rows["seed"].isin(c.seeds)]
     return rows
 
 
@@ -519,8 +526,6 @@ def judge(c: Claim, frame: pd.DataFrame) -> Verdict:
         ref = arm
     else:
         ref = _pick(_ok_rows(frame, c, c.compare_to, c.compare_setup), ref_setup, machine)
-    if c.seeds is not None:  # the judged seeds only (a sweep's seed chose the rates)
-        arm, ref = arm[arm["seed"].isin(c.seeds)], ref[ref["seed"].isin(c.seeds)]
     col_a = "final_metric_uncompressed" if c.evaluation != "compressed" else "final_metric"
     col_b = "final_metric_uncompressed" if c.evaluation == "uncompressed" else "final_metric"
     timing = c.column != "final_metric"

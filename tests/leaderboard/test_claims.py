@@ -362,14 +362,22 @@ def test_a_contradiction_in_a_configuration_the_paper_does_not_describe_names_wh
 
 
 def test_judged_seeds_and_each_side_at_its_own_tuned_rate(lb):
-    """A rate sweep's seed (100) chose each side's rate: it is left out, and the comparison is taken in
-    its own setup (its own rate), not the arm's."""
+    """A rate sweep's seed (100) chose each side's rate: it is left out before a setup is picked, and the
+    comparison is taken in its own setup (its own rate), not the arm's; a setup word names the optimizer
+    without a rate (a label part that starts with it)."""
     frame = _frame(lb, {"none": [0.50, 0.52, 0.51, 0.90], "fp16": [0.40, 0.43, 0.41, 0.10]})
     frame.loc[frame["seed"] == 3, "seed"] = 100
-    frame["setup"] = [f"1 stage, {'lr 0.3' if comp == 'fp16' else 'lr 1'}" for comp in frame["compressor"]]
+    rate = {"fp16": "0.3", "none": "1"}
+    frame["setup"] = [
+        f"1 stage, sgd momentum 0.9 lr {'9' if seed == 100 else rate[comp]}"
+        for comp, seed in zip(frame["compressor"], frame["seed"])
+    ]
     assert judge(_claim(), frame).verdict == NOT_TESTABLE  # the setups differ: no comparison in the arm's
-    v = judge(_claim(seeds=[0, 1, 2], setup="lr 0.3", compare_setup="lr 1"), frame)
+    words = "1 stage, sgd momentum 0.9"
+    v = judge(_claim(seeds=[0, 1, 2], setup=words, compare_setup=words), frame)
     assert (v.n, v.n_ref) == (3, 3) and v.mean_ref == pytest.approx(0.51) and v.verdict == "reproduced"
+    assert v.state.setup == "1 stage, sgd momentum 0.9 lr 0.3"
+    assert judge(_claim(seeds=[0, 1, 2], setup="1 stage, sgd mom", compare_setup=words), frame).n == 0  # whole words
 
 
 def test_every_claim_cites_its_source_words_or_reads_as_the_projects_own_question():
