@@ -1,4 +1,4 @@
-"""Seed 002's data-parallel rows under momentum SGD, DGC's own setting (issue 46): a learning-rate
+"""Seed 002's data-parallel rows under momentum SGD, DGC's own setting: a learning-rate
 sweep on a seed that is never judged, then the judged seeds of each arm at its own best rate.
 
     python benchmarks/dp_momentum_plateau.py --store results/dp-momentum.jsonl [--dry-run]

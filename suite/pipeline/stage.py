@@ -166,7 +166,8 @@ class Stage:
         self.autocast_dtype = autocast_dtype  # bf16 tiers: forward + loss under torch.autocast
         self.tp = tp  # TPGroup of this stage's tensor-parallel reductions (tp > 1), told each micro-batch
         self.optimizer: torch.optim.Optimizer | None = None
-        self.clip_norm = 0.0  # > 0: the gradient's global 2-norm is clipped to it before each step (suite.pipeline.optimizer)
+        # > 0: the gradient's global 2-norm is clipped to it before each step (suite.pipeline.optimizer)
+        self.clip_norm = 0.0
         self.scheduler: Any = None
         self.step_losses: list[Tensor] = []  # last stage: unscaled loss of each micro-batch
         self._saved: dict[int, tuple[Any, Received | None]] = {}
