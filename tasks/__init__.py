@@ -124,10 +124,21 @@ def get_task_class(name: str) -> type[Task]:
 
 
 def build_task(
-    name: str, tier: str = "smoke", seed: int = 0, data_dir=None, features=frozenset(), feature_options=None
+    name: str,
+    tier: str = "smoke",
+    seed: int = 0,
+    data_dir=None,
+    features=frozenset(),
+    feature_options=None,
+    model_size: str | None = None,
 ) -> Task:
-    """Instantiate a task by name; ``feature_options`` (feature -> options) configure enabled features."""
-    task = get_task_class(name)(tier=tier, seed=seed, data_dir=data_dir, features=frozenset(features))
+    """Instantiate a task by name; ``feature_options`` (feature -> options) configure enabled features;
+    ``model_size`` names one of the task's ``model_sizes`` (None: the tier's model)."""
+    cls = get_task_class(name)
+    if model_size is None:  # (a registered task class may predate the model_size argument)
+        task = cls(tier=tier, seed=seed, data_dir=data_dir, features=frozenset(features))
+    else:
+        task = cls(tier=tier, seed=seed, data_dir=data_dir, features=frozenset(features), model_size=model_size)
     if feature_options:
         task.set_feature_options(feature_options)
     return task

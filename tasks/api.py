@@ -191,6 +191,10 @@ class Task(abc.ABC):
     # feature -> options the requiring compressor asked for (e.g. {"residual_subspace": {"ratio": 0.01}});
     # set by ``set_feature_options`` before the model is built
     feature_options: Mapping[str, Mapping[str, Any]] = MappingProxyType({})
+    # named model sizes: name -> the tier's ``extra`` entries it overrides (widths, depths); a cell
+    # with ``model_size`` trains the tier's budget on that model (docs/ARCHITECTURE.md, "Hardware and
+    # model size"). Empty: the task has one model per tier.
+    model_sizes: ClassVar[Mapping[str, Mapping[str, Any]]] = MappingProxyType({})
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -211,6 +215,7 @@ class Task(abc.ABC):
         seed: int = 0,
         data_dir: str | Path | None = None,
         features: frozenset[str] = frozenset(),
+        model_size: str | None = None,
     ) -> None:
         if tier not in self.tiers:
             raise TaskError(
@@ -223,8 +228,16 @@ class Task(abc.ABC):
                 f"task {self.name!r} cannot provide model feature(s) {sorted(missing)} "
                 f"(it provides: {sorted(self.features) or 'none'}); choose another compressor or task"
             )
+        if model_size is not None and model_size not in self.model_sizes:
+            raise TaskError(
+                f"task {self.name!r}: unknown model size {model_size!r}{did_you_mean(model_size, self.model_sizes)}; "
+                f"valid: {', '.join(self.model_sizes) or 'none (this task has one model per tier)'}"
+            )
         self.tier = tier
+        self.model_size = model_size
         self.budget = self.tiers[tier]
+        if model_size is not None:  # the tier's budget on a model of another size
+            self.budget = replace(self.budget, extra={**self.budget.extra, **self.model_sizes[model_size]})
         self.seed = seed
         self.data_dir = Path(data_dir).expanduser() if data_dir else default_data_dir()
         self.enabled_features = frozenset(features)
@@ -323,6 +336,7 @@ class Task(abc.ABC):
                 if self.feature_options
                 else {}
             ),
+            **({"model_size": self.model_size} if self.model_size is not None else {}),
             **{f"extra.{k}": v for k, v in b.extra.items()},
         }
 

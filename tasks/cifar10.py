@@ -225,6 +225,9 @@ class Cifar10(Task):
     description = DESCRIPTION
     default_stages = 4
     stage_choices = (2, 4)
+    # named widths (the stem's channels; overrides of the tier's ``extra``): w4 / w16, half and twice
+    # the CPU tiers' eighth-width net, trainable on a CPU (the scale ladder); resnet18, the real width
+    model_sizes = {"w4": {"width": 4}, "w16": {"width": 16}, "resnet18": {"width": 64}}
     tiers = {
         # seconds on a CPU: an eighth-width net, a few steps, tiny subsets
         "smoke": TierBudget(
@@ -294,8 +297,8 @@ class Cifar10(Task):
         ),
     }
 
-    def __init__(self, tier="smoke", seed=0, data_dir=None, features=frozenset()) -> None:
-        super().__init__(tier, seed, data_dir, features)
+    def __init__(self, tier="smoke", seed=0, data_dir=None, features=frozenset(), model_size=None) -> None:
+        super().__init__(tier, seed, data_dir, features, model_size)
         self._data: dict[str, np.ndarray] | None = None
         self._eval: list[Batch] | None = None
         self.device = torch.device("cpu")  # where batches are built (to_device)

@@ -26,7 +26,23 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["GPTConfig", "ResidualSubspace", "GPT", "GPTStage", "split_gpt"]
+__all__ = ["GPTConfig", "ResidualSubspace", "GPT", "GPTStage", "split_gpt", "GPT_SIZES"]
+
+# Named sizes of the GPT family (the shakespeare and wikitext2 tasks' ``model_sizes``: overrides of
+# a tier's ``extra``). d64 / d256: the CPU tiers' 4-layer baby GPT at half and twice its width d=128
+# (4 heads), trainable on a CPU (the scale ladder). The rest are published shapes for projections
+# (suite/pipeline/flops.py counts them on the meta device): GPT-2 small and medium (Radford et al.
+# 2019), GPT-3 XL's 24 x 2048 with 16 heads of 128 and GPT-3 6.7B's 32 x 4096 (Brown et al. 2020,
+# Table 2.1), all at GPT-2's context of 1024 so that only width and depth differ. Parameter counts
+# depend on the task's vocabulary (65 characters, 50,257 BPE tokens) and its untied head.
+GPT_SIZES: dict[str, dict[str, int]] = {
+    "d64": {"n_embd": 64, "n_head": 4},
+    "d256": {"n_embd": 256, "n_head": 4},
+    "gpt2-124m": {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024},
+    "gpt2-350m": {"n_layer": 24, "n_head": 16, "n_embd": 1024, "block_size": 1024},
+    "gpt-1.3b": {"n_layer": 24, "n_head": 16, "n_embd": 2048, "block_size": 1024},
+    "gpt-7b": {"n_layer": 32, "n_head": 32, "n_embd": 4096, "block_size": 1024},
+}
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from .api import Batch, Task, TaskError, TierBudget
 from .data import SampleOrder, fetch, fixed_subset, require
-from .gpt import GPT, GPTConfig, split_gpt
+from .gpt import GPT, GPT_SIZES, GPTConfig, split_gpt
 from .schedules import warmup_cosine
 
 __all__ = ["Shakespeare", "TASK", "load_text"]
@@ -87,6 +87,8 @@ class Shakespeare(Task):
     default_stages = 4
     stage_choices = (1, 2, 3, 4)
     features = frozenset({"residual_subspace"})
+    # the GPT family's named sizes (tasks.gpt.GPT_SIZES), each with its residual subspace at d / 8
+    model_sizes = {name: {**size, "subspace_rank": size["n_embd"] // 8} for name, size in GPT_SIZES.items()}
     tiers = {
         "smoke": TierBudget(
             steps=4,
@@ -155,8 +157,8 @@ class Shakespeare(Task):
         ),
     }
 
-    def __init__(self, tier="smoke", seed=0, data_dir=None, features=frozenset()) -> None:
-        super().__init__(tier, seed, data_dir, features)
+    def __init__(self, tier="smoke", seed=0, data_dir=None, features=frozenset(), model_size=None) -> None:
+        super().__init__(tier, seed, data_dir, features, model_size)
         self._text: tuple[np.ndarray, list[str]] | None = None
 
     @property

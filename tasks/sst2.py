@@ -299,8 +299,10 @@ class Sst2(Task):
         ),
     }
 
-    def __init__(self, tier="smoke", seed=0, data_dir=None, features=frozenset(), model: str | None = None) -> None:
-        super().__init__(tier, seed, data_dir, features)
+    def __init__(
+        self, tier="smoke", seed=0, data_dir=None, features=frozenset(), model: str | None = None, model_size=None
+    ) -> None:
+        super().__init__(tier, seed, data_dir, features, model_size)
         self.model_name = model or default_model()
         explicit = model or os.environ.get("MPCBENCH_SST2_MODEL")
         self.model_label = explicit or "sentence-transformers/all-MiniLM-L6-v2"  # for describe()

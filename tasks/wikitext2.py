@@ -51,6 +51,7 @@ from torch import Tensor, nn
 
 from .api import Batch, DataMissingError, Task, TaskError, TierBudget
 from .data import SampleOrder, cached_arrays, fetch, fixed_subset, require, source_key
+from .gpt import GPT_SIZES
 from .schedules import warmup_cosine
 
 __all__ = ["WikiText2", "TASK", "GPT2Stage", "GPT2Logits", "load_tokens", "gpt2_tokenizer"]
@@ -194,6 +195,7 @@ class WikiText2(Task):
     description = DESCRIPTION
     default_stages = 4
     stage_choices = (2, 3, 4)
+    model_sizes = GPT_SIZES  # the GPT family's named sizes (tasks.gpt)
     tiers = {
         "smoke": TierBudget(
             steps=3, batch_size=4, microbatches=2, eval_every=3, lr=1e-3,
@@ -220,8 +222,8 @@ class WikiText2(Task):
         ),
     }  # fmt: skip
 
-    def __init__(self, tier="smoke", seed=0, data_dir=None, features=frozenset()) -> None:
-        super().__init__(tier, seed, data_dir, features)
+    def __init__(self, tier="smoke", seed=0, data_dir=None, features=frozenset(), model_size=None) -> None:
+        super().__init__(tier, seed, data_dir, features, model_size)
         self._tokens: dict[str, np.ndarray] | None = None
 
     @property

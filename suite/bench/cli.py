@@ -137,6 +137,12 @@ def _list_tasks(args: argparse.Namespace) -> None:
         budgets = "; ".join(f"{t}: {b.steps} steps x {b.batch_size}, target {b.target:g}" for t, b in cls.tiers.items())
         for line in textwrap.wrap(f"tiers: {budgets}", 100, subsequent_indent="  "):
             print(f"  {'':<12}   {line}")
+        if cls.model_sizes:  # named model sizes (--model-size): what each overrides of a tier's model
+            sizes = "; ".join(
+                f"{k} ({', '.join(f'{a}={b}' for a, b in v.items())})" for k, v in cls.model_sizes.items()
+            )
+            for line in textwrap.wrap(f"model sizes: {sizes}", 100, subsequent_indent="  "):
+                print(f"  {'':<12}   {line}")
     print()
 
 

@@ -203,7 +203,7 @@ def plan_cells(sel: Selection, matrix: Matrix | None = None) -> list[PlannedCell
             ):
                 cfg = CellConfig(
                     task=task,
-                    tier=tier.name,
+                    tier=tier.task_tier,
                     seed=seed,
                     plan=entry.plan,
                     mode=mode,

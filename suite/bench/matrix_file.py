@@ -50,8 +50,9 @@ SETTING_KEYS = {
     "optimizer": "optimizer",  # None: the task's own; sgd(momentum=M, clip=C) (suite.pipeline.optimizer)
     "lr": "lr",  # the cell's peak learning rate (None: the tier's)
     "device": "device",  # a tier's default device (the gpu tier: cuda); --device overrides it
+    "model_size": "model_size",  # one of the task's named model sizes (the scale ladder)
 }
-TIER_KEYS = ("description", "tasks", "seeds", "compressors", "cell_timeout_s", "settings", "rounds")
+TIER_KEYS = ("description", "tasks", "seeds", "compressors", "cell_timeout_s", "settings", "rounds", "budget")
 
 
 class MatrixError(ConfigError):
@@ -89,6 +90,14 @@ class Tier:
     # the first rounds of the breadth-first order: entry labels, seed 0 of each round on every task
     # (then the rest of seed 0, then one round per further seed); ``--core`` runs these rounds only
     rounds: tuple[tuple[str, ...], ...] = ()
+    # the task tier whose budget the cells train on (``budget: quick``: a matrix tier of quick-tier
+    # cells, e.g. the scale ladder); None: the task tier of the same name
+    budget: str | None = None
+
+    @property
+    def task_tier(self) -> str:
+        """The task tier every cell of this matrix tier runs (``CellConfig.tier``)."""
+        return self.budget or self.name
 
     def round_of(self, entry: Entry, seed_index: int) -> int:
         """The round (0-based) of a cell: its entry's listed round at the first seed, else the round
@@ -293,6 +302,9 @@ def _tier(name: str, raw: Any, where: str) -> Tier:
         raise MatrixError(f"{where}.settings must be a mapping")
     desc = raw.get("description", "")
     rounds = _rounds(raw.get("rounds") or [], entries, f"{where}.rounds")
+    budget = raw.get("budget")
+    if budget is not None and (not isinstance(budget, str) or not budget):
+        raise MatrixError(f"{where}.budget must be a task tier's name (e.g. quick), got {budget!r}")
     return Tier(
         name=name,
         description=str(desc).strip(),
@@ -302,6 +314,7 @@ def _tier(name: str, raw: Any, where: str) -> Tier:
         cell_timeout_s=None if timeout is None else float(timeout),
         settings=_settings(settings, f"{where}.settings"),
         rounds=rounds,
+        budget=budget,
     )
 
 

@@ -276,6 +276,12 @@ RUN_OPTIONS: tuple[Option, ...] = (
     ),
     Option("--lr", "lr", float, cell="lr", help="the peak learning rate (default: the tier's)"),
     Option(
+        "--model-size",
+        "model_size",
+        cell="model_size",
+        help="one of the task's named model sizes (`mpcbench tasks`; default: the tier's model)",
+    ),
+    Option(
         "--sync",
         "sync",
         cell="sync",
@@ -392,6 +398,7 @@ class Selection:
     steps: int | None = None
     optimizer: str | None = None
     lr: float | None = None
+    model_size: str | None = None
     sync: str | None = None
     nnodes: int | None = None
     node_rank: int | None = None

@@ -76,6 +76,8 @@ class CellConfig:
         optimizer: None trains with the task's optimizer; ``"sgd(momentum=0.9, clip=1.0)"`` with momentum
             SGD (``suite.pipeline.optimizer``; with DGC as the dp code the momentum and clip move into it).
         lr: the peak learning rate (None: the tier's), e.g. one point of a learning-rate sweep.
+        model_size: one of the task's named ``model_sizes`` (the tier's budget on a model of that size:
+            the scale ladder); None, the tier's own model. Identity only when set.
     """
 
     task: str
@@ -104,6 +106,7 @@ class CellConfig:
     sync: DPSync = field(default_factory=DPSync)
     optimizer: str | None = None
     lr: float | None = None
+    model_size: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.sync, DPSync):  # a string from the CLI, a matrix entry or a stored config
@@ -112,7 +115,15 @@ class CellConfig:
     # fields that do not change what is measured: excluded from the cell key
     _NON_IDENTITY = ("data_dir", "time_limit_s", "comm_timeout_s", "check_consistency", "node_rank", "rdzv_endpoint")
     # fields left out of the identity at their default, so older records keep their keys
-    _IDENTITY_IF_SET = {"nnodes": 1, "link": None, "tp": 1, "sync": "step", "optimizer": None, "lr": None}
+    _IDENTITY_IF_SET = {
+        "nnodes": 1,
+        "link": None,
+        "tp": 1,
+        "sync": "step",
+        "optimizer": None,
+        "lr": None,
+        "model_size": None,
+    }
 
     def resolve(self) -> tuple[CellConfig, ResolvedPlan]:
         """Check every field and resolve the plan once (:func:`suite.pipeline.plan.resolve_plan`).
@@ -146,6 +157,11 @@ class CellConfig:
             raise ConfigError(f"unknown mode {self.mode!r}; valid modes: {', '.join(MODES)}")
         if self.device not in DEVICES:
             raise ConfigError(f"unknown device {self.device!r}; valid devices: {', '.join(DEVICES)}")
+        if self.model_size is not None and self.model_size not in cls.model_sizes:
+            raise ConfigError(
+                f"task {self.task!r} has no model size {self.model_size!r}"
+                f"{did_you_mean(self.model_size, cls.model_sizes)}; valid: {', '.join(cls.model_sizes) or 'none'}"
+            )
         n = self.stages or cls.default_stages
         if n not in cls.stage_choices:
             raise ConfigError(
@@ -277,8 +293,9 @@ class CellConfig:
 
     @property
     def cell_id(self) -> str:
-        """Readable id, e.g. ``cifar10-topk(ratio=0.1)-seed0``."""
-        return f"{self.task}-{self.plan.label}-seed{self.seed}"
+        """Readable id, e.g. ``cifar10-topk(ratio=0.1)-seed0`` (``cifar10-w16-topk-seed0`` at a model size)."""
+        size = f"-{self.model_size}" if self.model_size is not None else ""
+        return f"{self.task}{size}-{self.plan.label}-seed{self.seed}"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

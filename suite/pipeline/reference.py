@@ -33,7 +33,7 @@ def train_unsplit(config: CellConfig) -> UnsplitRun:
             "the unsplit reference trains with the task's optimizer at the tier's rate; drop optimizer / lr"
         )
     device = resolve_device(cfg.device)
-    task = build_task(cfg.task, cfg.tier, seed=cfg.seed, data_dir=cfg.data_dir)
+    task = build_task(cfg.task, cfg.tier, seed=cfg.seed, data_dir=cfg.data_dir, model_size=cfg.model_size)
     if cfg.steps is not None:
         task.budget = replace(task.budget, steps=cfg.steps)
     torch.manual_seed(cfg.seed)

@@ -83,6 +83,7 @@ class RunResult:
         (the network model's prediction for the same link); empty for one-host runs.
     timing_inputs: what the network model used (``suite.results.network.TimingInputs.to_dict``), so a
         stored run can be re-modeled under other profiles.
+    model_params: the whole model's parameter count (every stage, before tensor-parallel sharding).
     """
 
     final_metric: float
@@ -112,6 +113,7 @@ class RunResult:
     wire_bytes_by_step: dict[str, list[int]] = field(default_factory=dict)
     timing_inputs: dict[str, Any] = field(default_factory=dict)
     network: dict[str, Any] = field(default_factory=dict)
+    model_params: int | None = None  # parameters of the whole (unsplit, unsharded) model
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -283,4 +283,5 @@ def summarize(config: CellConfig, reports: list[dict[str, Any]]) -> RunResult:
         eval_bytes=meter.eval_totals(),
         wire_bytes_by_step=by_step,
         timing_inputs=inputs.to_dict(),
+        model_params=reports[0].get("model_params"),
     )

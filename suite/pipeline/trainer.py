@@ -102,6 +102,7 @@ def train(
         data_dir=cfg.data_dir,
         features=plan.features,
         feature_options=plan.feature_options,
+        model_size=cfg.model_size,
     )
     if cfg.steps is not None:
         task.budget = replace(task.budget, steps=cfg.steps)
@@ -118,6 +119,8 @@ def train(
     if len(modules) != S:
         raise ConfigError(f"task {cfg.task!r} built {len(modules)} stages, expected {S}")
     features = task.model_features(modules)
+    # the whole model's parameters (every rank builds every stage before taking its own; shared ones once)
+    model_params = sum(p.numel() for p in {id(p): p for m in modules for p in m.parameters()}.values())
     task.to_device(device)  # tasks that can keep their data on the device build batches there
     meter = transport.meter
 
@@ -320,6 +323,7 @@ def train(
             [c for st in stages.values() for c in st.compressors()] + [c for h in hooks for c in h.compressors()]
         ),
         task=task.describe(),
+        model_params=model_params,
     )
     return report
 

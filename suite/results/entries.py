@@ -89,7 +89,8 @@ def _word(v: Any) -> str:
 
 def setup_label(record: Mapping[str, Any]) -> str:
     """The run setup of a record besides its compressor, as a short stable string, e.g.
-    ``"4 stages, 1f1b, M=4, single, cpu"`` (+ ``", dp=2"``, ``", tp=2"``, ``", sync outer(h=10)"``, ``", 200 steps"``, ``", warm-up 10"``
+    ``"4 stages, 1f1b, M=4, single, cpu"`` (+ ``", dp=2"``, ``", tp=2"``, ``", sync outer(h=10)"``, ``", model d256"``,
+    ``", 200 steps"``, ``", warm-up 10"``
     when set).
 
     Stages, schedule, micro-batches, mode, device and dp come from the record's ``run`` (what
@@ -114,6 +115,8 @@ def setup_label(record: Mapping[str, Any]) -> str:
     parts.append(f"tp={tp}" if tp and tp != 1 else "")  # tensor-parallel ranks per stage
     sync = _word(cfg.get("sync"))
     parts.append(f"sync {sync}" if sync and sync != "step" else "")  # DiLoCo-style outer loop
+    size = _word(cfg.get("model_size"))
+    parts.append(f"model {size}" if size else "")  # a named model size (the scale ladder): another model
     parts.append(f"{steps} steps" if steps else "")
     parts.append(f"warm-up {warmup}" if warmup else "")
     parts.append(_optimizer_words(cfg.get("optimizer"), cfg.get("lr")))  # the optimizer and rate when not the task's
@@ -146,6 +149,7 @@ _SETUP_CONFIG_KEYS = (
     "sync",
     "optimizer",
     "lr",
+    "model_size",
 )
 
 

@@ -19,10 +19,12 @@ from __future__ import annotations
 import math
 
 from .hardware import HardwareError, HardwareProfile, get_hardware
+from .model_sizes import ModelCost
 
 __all__ = [
     "REFERENCE_PROFILE",
     "project_compute_s",
+    "project_stage_s",
     "copy_bandwidth",
     "copy_s",
     "project_codec_s",
@@ -55,6 +57,14 @@ def project_compute_s(flops: float, hw: HardwareProfile, mfu: float | None = Non
     if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0 < u <= 1:
         raise ValueError(f"mfu={u!r} must be in (0, 1] (a fraction of the profile's peak)")
     return flops / (hw.require("peak_bf16_flops") * u)
+
+
+def project_stage_s(cost: ModelCost, hw: HardwareProfile, mfu: float | None = None) -> tuple[tuple[float, float], ...]:
+    """Per stage, the (forward, backward) seconds of one micro-batch of ``cost`` (a
+    ``suite.results.model_sizes`` entry) on ``hw``: the schedule's F and B actions' compute."""
+    return tuple(
+        (project_compute_s(s.forward_flops, hw, mfu), project_compute_s(s.backward_flops, hw, mfu)) for s in cost.stages
+    )
 
 
 def copy_bandwidth(hw: HardwareProfile) -> tuple[float, str]:

@@ -24,7 +24,7 @@ Example (abridged)::
      "modeled": {"1Gbps": {"step_s": 0.2, "total_s": 40.0, "time_to_target_s": 24.0, "comm_s_per_step": 0.1}},
      "model_version": 3,
      "run": {"steps": 200, "n_stages": 4, "dp": 1, "microbatches": 4, "schedule": "1f1b",
-             "mode": "single", "device": "cpu"},
+             "mode": "single", "device": "cpu", "model_params": 11173962},
      "config": {...CellConfig.to_dict()...},
      "provenance": {"git_commit": "abc123", "git_dirty": false, "mpcbench_version": "0.1.0",
                     "plugin_hashes": {"topk(ratio=0.1)": "0123456789abcdef"},
@@ -131,6 +131,7 @@ MAX_SEED = 2**31 - 1  # torch seeds are 64-bit, but no matrix needs more than th
 MAX_BYTES = 2**50  # 1.1e15 B = a 100 Gbps link saturated for a whole day: more than any cell can send
 MAX_STEPS = 10_000_000
 MAX_PLACEMENT = 4096  # stages, replicas, micro-batches
+MAX_MODEL_PARAMS = 10**13  # run.model_params: far above any model trained today, a bound on untrusted text
 MAX_SECONDS = 30 * 24 * 3600.0  # a measured or modeled time above 30 days is not a benchmark cell
 MAX_METRIC = 1e6  # |metric| for metrics without a known range (a loss of 1e6 nats is already broken)
 EARLIEST = _dt.datetime(2020, 1, 1, tzinfo=_dt.timezone.utc)
@@ -424,6 +425,8 @@ def _check_plausible(record: dict[str, Any]) -> None:
     for k in ("n_stages", "dp", "microbatches"):
         if k in run:
             _int_in(run[k], 1, MAX_PLACEMENT, f"run.{k}")
+    if "model_params" in run:
+        _int_in(run["model_params"], 1, MAX_MODEL_PARAMS, "run.model_params")
     if record.get("reached_target_step") is not None:
         _int_in(record["reached_target_step"], 0, steps, "reached_target_step")
     for i, p in enumerate(record["curve"]):

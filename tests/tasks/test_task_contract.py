@@ -158,6 +158,20 @@ def test_every_tier_is_a_valid_budget(name):
         assert 0 < b.eval_every <= b.steps and 0 <= b.warmup_steps < b.steps
 
 
+@pytest.mark.parametrize("name", TASKS)
+def test_a_model_size_overrides_only_model_settings_every_tier_has(name):
+    """A named size changes the model a tier builds, never its budget: each override is an ``extra``
+    entry of every tier (so the size means the same on each), and the task builds with it."""
+    cls = get_task_class(name)
+    for size, overrides in cls.model_sizes.items():
+        for tier, b in cls.tiers.items():
+            assert set(overrides) <= set(b.extra), (
+                f"{name} {size}: {sorted(set(overrides) - set(b.extra))} not in {tier}"
+            )
+        task = build_task(name, tier="smoke", model_size=size)
+        assert task.model_size == size and task.budget.steps == cls.tiers["smoke"].steps
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("name", TASKS)
