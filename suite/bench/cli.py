@@ -156,6 +156,7 @@ def _list_tiers(args: argparse.Namespace) -> None:
         print(
             f"  {t.name:<6} {len(t.tasks)} tasks x {len(t.entries)} compressor entries x {len(t.seeds)} seed(s) "
             f"(seeds {seeds}); cell time limit {t.cell_timeout_s:g} s"
+            + (f"; the {t.budget} tier's budget" if t.budget else "")
         )
         if t.description:
             print(f"  {'':<6} {t.description}")

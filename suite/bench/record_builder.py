@@ -203,7 +203,7 @@ def build_record(
                 "mode": r.mode,
                 "device": r.device,
                 # the model's size, so a record of the scale ladder says what it trained (None: an old result)
-                **({"model_params": int(r.model_params)} if getattr(r, "model_params", None) else {}),
+                **({"model_params": int(params)} if (params := getattr(r, "model_params", None)) else {}),
             },
             "stage_times": [dict(s) for s in r.stage_times],
             "compressor_state_bytes": int(r.compressor_state_bytes),
