@@ -635,7 +635,10 @@ def _ranking_section(
         height=_table_height(len(table)),
         key="ranking_table",
         column_config={
-            "rank": st.column_config.TextColumn(width="small"),
+            # wide enough for "15 (1 of 3 seeds)" where a row is short of seeds, else small
+            "rank": st.column_config.TextColumn(
+                width=125 if table["rank"].str.contains(" seeds)", regex=False).any() else "small"
+            ),
             "compressor": st.column_config.TextColumn(  # a fixed width: one long plugin name cannot push the answer off
                 width="medium",
                 help="Short name; the last column 'spec' and 'Full specs' below spell out every parameter",

@@ -41,7 +41,8 @@ __all__ = [
     "Browser",
     "ranking_rows_on_screen",
     "RANKING_ROWS_JS",
-    "RANKING_TEXT_JS",
+    "RANKING_LINE_JS",
+    "RANKING_FRESH_JS",
     "view_query",
     "capture",
     "main",
@@ -284,8 +285,9 @@ class Browser:
             self.send("Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter", windowsVirtualKeyCode=13)
 
     def running(self) -> bool:
-        """Whether the app's script is running (or the page is still drawing its skeleton)."""
-        return not self.eval(_DONE_JS)
+        """Whether the app's script is running, the page still draws its skeleton, or an element of the
+        previous run is still on it (``data-stale``: the status widget shows only after a delay)."""
+        return not self.eval(_DONE_JS) or bool(self.eval("!!document.querySelector('[data-stale=true]')"))
 
     def screenshot(self, path: str | Path, *, width: int | None = None, full_page: bool = True) -> Path:
         """PNG of the page; with ``full_page`` the viewport first grows to the app's content height."""
@@ -318,10 +320,16 @@ class Browser:
 
 # the ranking grid (the page's first table): its top edge, its row count (accessible table) and its text
 RANKING_GRID_JS = "[...document.querySelectorAll('[data-testid=stDataFrame]')][0]"
+# the ranking grid is this run's, not the previous run's waiting to be replaced
+RANKING_FRESH_JS = (
+    f"(() => {{ const g = {RANKING_GRID_JS}; const c = g && g.closest('[data-testid=stElementContainer]');"
+    " return !!g && !(c && c.getAttribute('data-stale') === 'true'); })()"
+)
 RANKING_ROWS_JS = (
     f"(() => {{ const g = {RANKING_GRID_JS}; return g ? g.querySelectorAll('[role=row]').length - 1 : 0; }})()"
 )
-RANKING_TEXT_JS = f"(() => {{ const g = {RANKING_GRID_JS}; return g ? g.innerText : ''; }})()"
+# the line under the ranking's question (task / tier / setup, metric, network): it changes with every filter
+RANKING_LINE_JS = "(() => { const t = document.querySelector('[data-testid=stMain] [data-testid=stText]'); return t ? t.innerText : ''; })()"
 GRID_ROW_PX, GRID_HEADER_PX = 35, 38  # the grid's fixed row and header heights (leaderboard/app.py's _table_height)
 
 
