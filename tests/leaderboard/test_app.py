@@ -194,7 +194,7 @@ def test_setups_are_a_selector_each_ranked_against_its_own_none(monkeypatch, tmp
         r = dict(r, run={**r["run"], "mode": "torchrun"}, config={**r["config"], "mode": "torchrun"})
         recs.append(dict(r, cell_key=r["cell_key"] + "-tr", record_id=r["record_id"] + "-tr"))
     at = _app(monkeypatch, results=lb.write_jsonl(tmp_path / "store.jsonl", recs))
-    single, torchrun = "3 stages, 1f1b, M=4, single, cpu", "3 stages, 1f1b, M=4, torchrun, cpu"
+    torchrun = "3 stages, 1f1b, M=4, torchrun, cpu"
     assert at.selectbox(key="setup").options == [  # what each is, then its details; as many compressors: by name
         "pipeline, 3 stages (1f1b, M=4, single, cpu)",
         "pipeline, 3 stages (1f1b, M=4, torchrun, cpu)",
