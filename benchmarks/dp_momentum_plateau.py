@@ -97,14 +97,38 @@ def choose(store: Path) -> dict[str, float]:
     return {arm: min(RATES, key=lambda lr: (final_loss(store, arm, lr, SWEEP_SEED), lr)) for arm in ARMS}
 
 
+def package(store: Path, records: Path) -> None:
+    """Copy the store's ok records, verbatim (the latest of each cell), into the plateau entry: the
+    sweep's (SWEEP_SEED) and the judged seeds' in two files, so the sweep stays marked as such."""
+    latest: dict[str, str] = {}
+    for line in store.read_text().splitlines():
+        r = json.loads(line)
+        if r.get("status") == "ok":
+            latest[r["cell_key"]] = line
+    for name, keep in (
+        ("dp-momentum-sweep-cpu-2core.jsonl", lambda r: r["seed"] == SWEEP_SEED),
+        ("dp-momentum-cpu-2core.jsonl", lambda r: r["seed"] in JUDGED_SEEDS),
+    ):
+        lines = [line for line in latest.values() if keep(json.loads(line))]
+        if lines:
+            (records / name).write_text("\n".join(lines) + "\n")
+            print(f"{records / name}: {len(lines)} records")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--store", required=True, help="the results store (JSON Lines), appended to")
     ap.add_argument("--choice", default=None, help="where the chosen rates go (default: STORE.choice.json)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     ap.add_argument("--root", default=str(ROOT), help="the checkout the cells run in (default: this file's)")
+    ap.add_argument(
+        "--package", metavar="DIR", help="copy the finished records into DIR (records/mpcbench-plateau), run nothing"
+    )
     a = ap.parse_args()
     root = Path(a.root).resolve()
+    if a.package:
+        package(Path(a.store), Path(a.package))
+        return 0
     store = Path(a.store).resolve()
     choice_path = Path(a.choice) if a.choice else store.with_suffix(".choice.json")
     sweep = [(arm, lr, SWEEP_SEED) for arm in ARMS for lr in RATES]
