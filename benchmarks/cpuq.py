@@ -79,7 +79,9 @@ def _write(path: Path, pid: int, slots: int, state: str, name: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--slots", type=int, default=len(os.sched_getaffinity(0)), help="slots in all (default: usable cores)")
+    ap.add_argument(
+        "--slots", type=int, default=len(os.sched_getaffinity(0)), help="slots in all (default: usable cores)"
+    )
     ap.add_argument("--both", action="store_true", help="take every slot")
     ap.add_argument("--name", default="", help="a label shown by --list")
     ap.add_argument("--list", action="store_true", help="show the queue and exit")

@@ -121,7 +121,9 @@ def compare(
 def write_compare(result: CompareResult, out: TextIO) -> None:
     """The table, then one line per row past the threshold and per row with nothing to compare."""
     if len(result.table):
-        threshold = "" if result.fail_above is None else f"; a row worse than theirs by more than {result.fail_above:g} fails"
+        threshold = (
+            "" if result.fail_above is None else f"; a row worse than theirs by more than {result.fail_above:g} fails"
+        )
         out.write(
             "your rows against the maintainers' (records/mpcbench-baselines) of the same task, tier and setup: "
             "their run of your compressor, else their none. Δ = yours - theirs (Welch's t-test over seeds; "

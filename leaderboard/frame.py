@@ -23,7 +23,9 @@ from typing import Any, Iterable
 import pandas as pd
 
 from leaderboard.networks import network_profiles
+from leaderboard.times_file import step_key
 from suite.results import network as model
+from suite.results.calibration import DEFAULT_HARDWARE, load_calibration
 from suite.results.entries import latest_flags, machine_label, row_keys, setup_label
 from suite.results.network.timing_inputs import interpolate_target_step
 from suite.results.records import (  # the record schema's byte directions and key lists
@@ -32,6 +34,7 @@ from suite.results.records import (  # the record schema's byte directions and k
     QUALITY_KEYS,
 )
 from suite.results.task_catalog import describe as describe_task
+from suite.results.time_model import TIME_MODEL_VERSION, Basis, priced_timing
 
 _orjson: Any
 try:  # optional (the leaderboard extra): the index's inputs text ~10x cheaper
@@ -173,7 +176,9 @@ class RemodelBudget:
 
         wanted: dict[tuple[str, tuple[str, ...]], None] = {}
         for r in records:
-            request = _remodel_request(r, _target_step(r))
+            if _retimed(r, board_target_step(r)) is not None:
+                continue
+            request = _remodel_request(r, board_target_step(r))
             if request is None:
                 continue
             text = json.dumps(request[0], sort_keys=True, separators=(",", ":"))
@@ -216,55 +221,88 @@ _COSTS: set[str] = set()  # inputs already simulated in this process (the lru ca
 def _modeled(
     r: dict[str, Any], target_step: float | None | str = "stored", budget: RemodelBudget | None = None
 ) -> tuple[dict[str, Any], float]:
-    """(the record's modeled times per profile, the model version they come from). A record
-    written by an older network model (``model_version`` below
-    :data:`suite.results.network.MODEL_VERSION`, or none) is re-modeled here from its stored
-    ``timing_inputs`` at its named profiles, within ``budget`` (:class:`RemodelBudget`), so the
-    board ranks every record by one model; so is a record whose inputs' ``target_step`` is not
-    ``target_step`` (the board's, from :func:`board_target`; ``"stored"``: keep the inputs'). A
-    record without usable inputs, or over the budget, keeps its stored times (its version: NaN if
-    unknown, NaN too when over the budget)."""
-    stored = _dict(r.get("modeled"))
+    """(the record's modeled times per named profile, the time model's version). Every record is
+    priced by the time model (:mod:`suite.results.time_model`: the setup's calibrated compute, the
+    codec as a multiple of a copy, the counted bytes) at ``target_step`` (the board's, from
+    :func:`board_target`; ``"stored"``: the record's own), within ``budget`` (:class:`RemodelBudget`).
+    A record's own stored times are never shown: without usable inputs, or over the budget, it has
+    no modeled time (NaN, version NaN)."""
+    hit = _retimed(r, target_step)
+    if hit is not None:
+        return hit, float(TIME_MODEL_VERSION)
     request = _remodel_request(r, target_step)
     if request is None:
-        version = r.get("model_version")
-        return stored, float(version) if isinstance(version, int) and not isinstance(version, bool) else math.nan
+        return {}, math.nan
     fresh = (budget or RemodelBudget()).remodel(*request)
     if fresh is None:
-        return stored, math.nan
-    return {**stored, **fresh}, float(model.MODEL_VERSION)
+        return {}, math.nan
+    return fresh, float(TIME_MODEL_VERSION)
 
 
-def _target_step(r: dict[str, Any]) -> float | None | str:
+def board_target_step(r: dict[str, Any]) -> float | None | str:
     """The target step :func:`_flatten` models a record at (``"stored"``: its inputs' own)."""
     revised = board_target(r) if r.get("status") == "ok" else None
     return "stored" if revised is None else revised[1]
 
 
+def _retimed(r: dict[str, Any], target_step: float | None | str) -> dict[str, Any] | None:
+    """The record's times from its maintainers' entry's current ``times.json`` (attached by the
+    loader as ``retimed``: target step -> times; :mod:`leaderboard.times_file`), if it has them."""
+    stored = r.get("retimed")
+    if not isinstance(stored, dict) or not r.get("is_maintainer"):
+        return None
+    hit = stored.get(step_key(target_step))
+    return hit if isinstance(hit, dict) else None
+
+
+def board_times(
+    r: dict[str, Any], hardware: str = DEFAULT_HARDWARE
+) -> tuple[float | None | str, dict[str, Any]] | None:
+    """(the target step the board models a record at, its modeled times at every named profile) on
+    ``hardware``: what :mod:`leaderboard.times_file` stores for the maintainers' entries."""
+    step = board_target_step(r)
+    try:
+        got = priced_timing(r, load_calibration(hardware))
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return None
+    if got is None:
+        return None
+    inputs = got[0] if isinstance(step, str) else {**got[0], "target_step": step}
+    return step, model.model_run(model.TimingInputs.from_dict(inputs), dict(model.PROFILES))
+
+
 def _remodel_request(
     r: dict[str, Any], target_step: float | None | str
 ) -> tuple[dict[str, Any], tuple[str, ...]] | None:
-    """(timing inputs, profiles) of a record that :func:`_modeled` re-models, or None when its stored
-    times stand (the current model at its target step, or no usable inputs)."""
-    version = r.get("model_version")
-    version = version if isinstance(version, int) and not isinstance(version, bool) else None
-    timing = r.get("timing_inputs")
-    if (
-        isinstance(timing, dict)
-        and not isinstance(target_step, str)
-        and not _same_step(timing.get("target_step"), target_step)
-    ):
-        timing = {**timing, "target_step": target_step}
-        version = None  # the stored times answer another target step
-    if version == model.MODEL_VERSION or not isinstance(timing, dict):
-        return None
-    return timing, tuple(p for p in _dict(r.get("modeled")) if p in model.PROFILES)
+    """(the record's priced inputs, the named profiles) that :func:`_modeled` simulates, or None when
+    the record has no usable inputs."""
+    priced = priced_inputs(r, target_step)
+    return None if priced is None else (priced[0], tuple(model.PROFILES))
 
 
-def _same_step(a: Any, b: float | None) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    return isinstance(a, (int, float)) and abs(float(a) - b) <= 1e-9 * max(1.0, abs(b))
+def priced_inputs(r: dict[str, Any], target_step: float | None | str = "stored") -> tuple[dict[str, Any], Basis] | None:
+    """The record's timing inputs as the time model prices them (``time_model.priced_timing`` on the
+    board's calibration), at ``target_step`` (``"stored"``: the record's own), and the basis; None
+    when the record's inputs cannot be read. Every time the board shows is simulated from these.
+    Memoized per :func:`to_frame` call (the request and the row read it)."""
+    key = (id(r), target_step)
+    if _PRICED_ACTIVE and key in _PRICED:
+        return _PRICED[key]
+    try:
+        got = priced_timing(r, load_calibration(BOARD_HARDWARE))
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # untrusted stored inputs
+        got = None
+    if got is not None and not isinstance(target_step, str):
+        got = ({**got[0], "target_step": target_step}, got[1])
+    if _PRICED_ACTIVE:
+        _PRICED[key] = got
+    return got
+
+
+# memo of one to_frame call (keyed by the ids of its records, so only while they are alive)
+_PRICED: dict[tuple[int, Any], tuple[dict[str, Any], Basis] | None] = {}
+_PRICED_ACTIVE = False
+BOARD_HARDWARE = DEFAULT_HARDWARE  # the calibration the board's times are priced on
 
 
 @lru_cache(maxsize=4096)
@@ -321,7 +359,18 @@ def to_frame(
       ``entry_info`` (dicts). With ``details=False`` the first three are left out and
       ``entry_info`` is a JSON string (the compact index's row, see the module docstring).
     """
+    global _PRICED_ACTIVE
     records = list(records)
+    _PRICED.clear()  # ids of this call's records (a later call may reuse an id)
+    _PRICED_ACTIVE = True
+    try:
+        return _to_frame(records, details, budget)
+    finally:
+        _PRICED_ACTIVE = False
+        _PRICED.clear()
+
+
+def _to_frame(records: list[dict[str, Any]], details: bool, budget: RemodelBudget | None) -> pd.DataFrame:
     infos: dict[int, tuple[Any, str]] = {}  # entry_info JSON by object: the loader attaches one dict per entry
     budget = RemodelBudget() if budget is None else budget
     budget.prefetch(records)
@@ -468,6 +517,9 @@ def _flatten(
         row["target"], target_step, first = revised
         row["reached_target_step"] = math.nan if first is None else first
     modeled, row["model_version"] = _modeled(r, target_step, budget)
+    priced = priced_inputs(r, target_step) if ok else None
+    row["time_basis"] = priced[1].describe() if priced else ""
+    row["time_calibrated"] = bool(priced and priced[1].calibrated)
     for prof, m in modeled.items():
         m = _dict(m)
         row[f"time_to_target_s@{prof}"] = _num(m.get("time_to_target_s"))
@@ -493,7 +545,6 @@ def _flatten(
         cpu=_str(machine.get("cpu")),
     )
     load_1m, load_15m = _load(shown)
-    timing = r.get("timing_inputs")
     git = _str(prov.get("git_commit"))[:12]
     timed_on = _dict(shown.get("machine"))
     row.update(
@@ -513,7 +564,9 @@ def _flatten(
         compressor_label=_spec_label(_dict(r.get("specs_resolved")), compressor),
         display=" ".join(_str(r.get("display")).split())[:80],  # with a plugin's declared label (leaderboard.names)
         eval_samples=_num(run.get("eval_samples")),
-        timing_inputs=inputs_text(timing, exact=details),
+        # the priced inputs (the time model's, not the record's own seconds): every view that re-models
+        # a row at another link (crossover, curves, bandwidth) simulates these, as the columns above do
+        timing_inputs=inputs_text(priced[0] if priced else None, exact=details),
     )
     if details:
         row.update(

@@ -355,15 +355,17 @@ def _code_hash() -> str:
     h = hashlib.sha256()
     for rel in _ROW_CODE:
         p = root / rel
-        for f in sorted(p.rglob("*.py")) if p.is_dir() else [p]:
+        # the calibration files are the time model's data: new numbers, new rows
+        for f in sorted([*p.rglob("*.py"), *p.rglob("calibration/*.json")]) if p.is_dir() else [p]:
             h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes().replace(b"\r\n", b"\n"))
     return h.hexdigest()[:16]
 
 
 def _versions() -> dict[str, Any]:
     from suite.results.network import MODEL_VERSION
+    from suite.results.time_model import TIME_MODEL_VERSION
 
-    return {"version": INDEX_VERSION, "model_version": MODEL_VERSION, "code": _code_hash()}
+    return {"version": INDEX_VERSION, "model_version": [MODEL_VERSION, TIME_MODEL_VERSION], "code": _code_hash()}
 
 
 def _typed(table: pd.DataFrame) -> pd.DataFrame:
@@ -518,7 +520,9 @@ def load_details(rows: pd.DataFrame) -> pd.DataFrame:
         empty: Any = [] if name == "curve" else {}
         vals = [details.get(k, {}).get(name) for k in keys]
         rows[name] = [v if isinstance(v, type(empty)) else type(empty)() for v in vals]
-    if "timing_inputs" not in rows:
-        timing = [details.get(k, {}).get("timing_inputs") for k in keys]
-        rows["timing_inputs"] = [json.dumps(t, separators=(",", ":")) if isinstance(t, dict) else "" for t in timing]
+    if "timing_inputs" not in rows:  # the frame's column: the inputs as the time model prices them
+        from leaderboard.frame import board_target_step, priced_inputs
+
+        priced = [priced_inputs(r, board_target_step(r)) if (r := details.get(k)) else None for k in keys]
+        rows["timing_inputs"] = [json.dumps(p[0], separators=(",", ":")) if p else "" for p in priced]
     return rows

@@ -95,8 +95,8 @@ def narrow(table: pd.DataFrame, direction: str) -> tuple[pd.DataFrame, list[str]
     optional = [
         "spec",
         "measured on (load)",
-        "step time",
-        "train time",
+        "cell step (raw)",
+        "cell train (raw)",
         "ratio tp fwd / bwd",
         "ratio fwd / bwd / dp",
         "verified",
@@ -135,6 +135,10 @@ def narrow(table: pd.DataFrame, direction: str) -> tuple[pd.DataFrame, list[str]
         short = keep["Δ time vs none"].str.replace("paired by seed", "paired").str.replace("n too small", "n<2")
         keep["Δ time vs none"] = short.str.replace(", not resolved", " ~")
         notes.append("Δ time vs none: paired = paired t-test by seed, Welch = unpaired; ~ = not resolved (p >= 0.05)")
+    if any(c.startswith("time-to-target @") and keep[c].astype(str).str.endswith("†").any() for c in keep):
+        notes.append(
+            "† = no calibration of this row: its codec (or compute) is priced on its cell's own measured seconds"
+        )
     return keep, notes
 
 

@@ -418,6 +418,11 @@ def aggregate(frame: pd.DataFrame, *, spread: Mapping[tuple[str, str], SeedSprea
     for c in ("cpu_count", "eval_samples"):
         out[c] = by(frame[c]).max() if c in frame else math.nan
     out["maintainers"] = by(frame["maintainers"]).any() if "maintainers" in frame else False
+    # whether every seed's time came from the calibration (leaderboard.frame, suite.results.time_model)
+    if "time_calibrated" in frame:
+        out["time_calibrated"] = by(frame["time_calibrated"].where(ok, True).astype(bool)).all()
+    else:
+        out["time_calibrated"] = True
     if "code_version" in frame:
         cv = pd.DataFrame({"g": gid, "code_version": frame["code_version"]})[ok]
         cv_lists = cv.groupby("g")["code_version"].agg(lambda s: sorted(set(s) - {""}))

@@ -57,6 +57,7 @@ from typing import Any, Iterable
 import yaml
 
 from leaderboard.safe_text import skeleton
+from leaderboard.times_file import TIMES_FILE
 from suite.results.entries import latest_flags, record_digest, row_id, row_keys
 from suite.results.maintainers import MAINTAINER_ENTRIES as _MAINTAINER_LIST
 from suite.results.record_json import load_record
@@ -577,13 +578,15 @@ def load_store(
 
 
 def entry_file_hashes(entry_dir: str | Path) -> dict[str, str]:
-    """sha256 of every file of an entry folder except the verification's own two files and the signed
-    manifest's (which binds these): what a verification binds (an added, removed or changed file of any
+    """sha256 of every file of an entry folder except the verification's own two files, the signed
+    manifest's (which binds these) and the derived ``times.json``: what a verification binds (an added, removed or changed file of any
     kind unbinds it) and what a manifest's digest covers."""
     entry_dir = Path(entry_dir)
     out: dict[str, str] = {}
     for p in sorted(entry_dir.iterdir()):
-        if p.name in (VERIFICATION_FILE, RERUNS_FILE, *MANIFEST_FILES):
+        # times.json is derived (leaderboard.times_file): read for a maintainers' entry only while it equals
+        # the time model's recomputation (a test holds every stored time to it), so it binds nothing
+        if p.name in (VERIFICATION_FILE, RERUNS_FILE, *MANIFEST_FILES, TIMES_FILE):
             continue
         if len(out) >= MAX_FILES_PER_ENTRY + 10:
             out["(more files)"] = "too many files to bind"
@@ -675,7 +678,9 @@ def read_verification(entry_dir: str | Path) -> Verification:
         return none
 
 
-RERUN_FIELDS = ("time", "wall_s", "modeled", "model_version", "timing_inputs")  # the board's times of a re-run cell
+# a re-run's measured times, kept in the verification file as a cross-check of the record's raw times
+# (the board's times never come from them: the time model prices every row from its own bytes)
+RERUN_FIELDS = ("time", "wall_s", "modeled", "model_version", "timing_inputs")
 NOT_RERUN = "not verified"
 
 
@@ -684,9 +689,11 @@ def row_verification(records: list[dict[str, Any]], verification: Verification) 
 
     A row (:mod:`suite.results.entries`) is **verified** only while the report verified it and its
     latest ``ok`` records are exactly the ones the report compared, with the same contents. Then every
-    record of the row takes the re-run's times (its own re-run's where its cell re-ran, else the
-    row's first re-run), never the record's own, with the machine, load and plugin hash the verifier
-    read as ``rerun_provenance`` (the board's ``verified_on``). Its ``provenance`` stays as recorded:
+    record of the row gets the machine, load and plugin hash the verifier read as ``rerun_provenance``
+    (the board's ``verified_on``). Its times stay its own: the re-run checks the record, it does not
+    replace it, and the time model (:mod:`suite.results.time_model`) prices every row, verified or
+    not, from its counted bytes and the calibration, so a re-verification moves no time and no
+    score. Its ``provenance`` stays as recorded:
     the row's key is the machine class the record was made on, so a row verified on another machine
     class is neither merged with that class's rows nor lets one seed supersede another there.
     Any other row reads "not verified" (records added or changed since, or never re-run), or "failed"
@@ -722,12 +729,8 @@ def row_verification(records: list[dict[str, Any]], verification: Verification) 
             r["verification"], r["verified_cells"] = status, note
             if status == "verified" and first is not None:
                 rerun = verification.reruns.get(r["record_id"], first)
-                for f in RERUN_FIELDS:
-                    r.pop(f, None) if f != "timing_inputs" else None
-                # the re-run's seconds at the record's own (compared) target step
-                _take_rerun_times(r, {f: rerun[f] for f in RERUN_FIELDS if f in rerun})
-                # the machine, load and plugin hash of the times shown: the re-run's, apart from the record's
-                # own provenance, which keeps the machine class the record was made on (the row's key)
+                # the machine, load and plugin hash of the re-run, apart from the record's own provenance,
+                # which keeps the machine class the record was made on (the row's key)
                 seen = rerun.get("verifier") or {}
                 machine = dict(seen.get("machine") or {})
                 load = seen.get("load_per_core") or []
@@ -737,7 +740,7 @@ def row_verification(records: list[dict[str, Any]], verification: Verification) 
                     "load": {"load_avg": [max(load) * cores] * 3} if load else {},
                     "plugin_hashes": {"plugin": rerun.get("plugin_hash")} if rerun.get("plugin_hash") else {},
                 }
-                r["times_from"] = "verification re-run" + (" (under load)" if seen.get("contended") else "")
+                r["verified_under_load"] = bool(seen.get("contended"))
 
 
 def verification_status(entry_dir: str | Path) -> str:
@@ -816,37 +819,26 @@ def _load_entry(
             break
         records += _load_jsonl(f, attach, budget, seen, str(f), plugin_hash=plugin_hash, key_fingerprint=key)
     if not as_recorded:
-        row_verification(records, verification)  # per displayed row; a verified row's times are its re-run's
+        row_verification(records, verification)  # per displayed row; a verification never changes times
+        if info.entry in maintainers:  # their modeled times, computed once (leaderboard.times_file)
+            _attach_retimed(entry_dir, records)
     return records, problems
 
 
-def _take_rerun_times(record: dict[str, Any], rerun: dict[str, Any]) -> None:
-    """Give ``record`` its verification re-run's seconds (per action, per step, in total) while its
-    quality, and the step at which it met its target, stay its own: the re-run's timing inputs
-    get the record's ``target_step`` and are modeled again, so time-to-target is the record's
-    steps to the target at the re-run's speed. (Taking the re-run's own time-to-target would pair
-    one run's quality with another run's reaching of the target: a record that met it would
-    count as never meeting it when its re-run, a different sample of the same cell, did not.)"""
-    from suite.results.network import PROFILES, TimingInputs, model_run
+def _attach_retimed(entry_dir: Path, records: list[dict[str, Any]]) -> None:
+    from leaderboard.frame import BOARD_HARDWARE
+    from leaderboard.times_file import read_times
 
-    own = record.get("timing_inputs")
-    own_inputs: dict[str, Any] = own if isinstance(own, dict) else {}
-    record.update(rerun)
-    record["times_from"] = "verification re-run"
-    got = record.get("timing_inputs")
-    if not isinstance(got, dict) or "target_step" not in own_inputs:
+    stored = read_times(entry_dir, BOARD_HARDWARE)
+    if not stored:
         return
-    if got.get("target_step") == own_inputs.get("target_step"):
-        return
-    inputs: dict[str, Any] = {**got, "target_step": own_inputs.get("target_step")}
-    record["timing_inputs"] = inputs
-    stored = record.get("modeled")
-    modeled: dict[str, Any] = stored if isinstance(stored, dict) else {}
-    try:
-        fresh = model_run(TimingInputs.from_dict(inputs), {p: PROFILES[p] for p in modeled if p in PROFILES})
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # untrusted stored inputs
-        return
-    record["modeled"] = {**modeled, **fresh}
+    by_sha: dict[str, dict[str, Any]] = {}
+    for (sha, step), modeled in stored.items():
+        by_sha.setdefault(sha, {})[step] = modeled
+    for r in records:
+        hit = by_sha.get(r.get("record_sha256") or "")
+        if hit:
+            r["retimed"] = hit
 
 
 _RECORD_ID = re.compile(rb'"record_id"\s*:\s*"([^"\\]{1,200})"')

@@ -829,6 +829,11 @@ def build_parser() -> argparse.ArgumentParser:
     from .verify import add_parser as add_verify  # stdlib-only at import: --help stays instant
 
     add_verify(sub)
+    from .calibrate import add_parser as add_calibrate  # stdlib-only at import, like verify
+    from .calibrate import add_retime_parser
+
+    add_calibrate(sub)
+    add_retime_parser(sub)
     return ap
 
 

@@ -317,7 +317,7 @@ class SenderEnd(_End):
         y = y.contiguous()
         info = self.info(TensorRole.ACTIVATION, micro, y.shape, y.dtype)
         diff = self.differentiable(micro)
-        with self.clock.section("compress"):
+        with self.clock.codec(f"b{self.boundary}.forward.compress", y):
             if diff:
                 payload = _check_payload(comp.compress(y, info), comp, info)
             else:
@@ -334,7 +334,7 @@ class SenderEnd(_End):
         payload, shape, dtype = self._recv(self._stream(comp, "backward", micro))
         info = self.info(TensorRole.ACTIVATION_GRAD, micro, shape, dtype)
         twin_input = self._twin_input(comp, payload)
-        with self.clock.section("compress"), torch.no_grad():
+        with self.clock.codec(f"b{self.boundary}.backward.decompress", (shape, dtype)), torch.no_grad():
             g = _check_output(comp.decompress(payload, info), comp, info, payload=payload)
         self._check_twin(comp, twin_input, info, g)
         if not sent.differentiable:
@@ -360,11 +360,11 @@ class ReceiverEnd(_End):
         info = self.info(TensorRole.ACTIVATION, micro, shape, dtype)
         if self.differentiable(micro):
             leaves = tuple(t.requires_grad_() if _carries_grad(t) else t for t in payload)
-            with self.clock.section("compress"):
+            with self.clock.codec(f"b{self.boundary}.forward.decompress", (shape, dtype)):
                 x = _check_output(comp.decompress(leaves, info), comp, info, payload=leaves)
             return x, Received(tuple(t for t in leaves if _carries_grad(t)), shape, dtype, True)
         twin_input = self._twin_input(comp, payload)
-        with self.clock.section("compress"), torch.no_grad():
+        with self.clock.codec(f"b{self.boundary}.forward.decompress", (shape, dtype)), torch.no_grad():
             x = _check_output(comp.decompress(payload, info), comp, info, payload=payload)
         self._check_twin(comp, twin_input, info, x)
         x = x.detach().requires_grad_(micro.training and torch.is_grad_enabled())
@@ -384,7 +384,7 @@ class ReceiverEnd(_End):
         if not self.sends:  # a tensor-parallel rank > 0: its TP rank 0 sends the (identical) gradient
             return
         info = self.info(TensorRole.ACTIVATION_GRAD, micro, g.shape, g.dtype)
-        with self.clock.section("compress"), torch.no_grad():
+        with self.clock.codec(f"b{self.boundary}.backward.compress", g), torch.no_grad():
             payload = _check_payload(comp.compress(g, info), comp, info)
         # raw bytes: the activation gradient an uncompressed pipeline would send
         self._send(

@@ -299,7 +299,10 @@ class CompressedReduce:
                 def all_reduce(t: Tensor, async_op: bool = False) -> Tensor | torch.futures.Future:
                     return self._all_reduce(t, unit, async_op)
 
-                out = comp.reduce(x, info, all_reduce)
+                # the compressor's own reduction: its codec work and the collectives it issues are
+                # one block; their exclusive time (collectives on this thread are "comm") is the codec
+                with self.clock.codec(f"dp.s{self.stage}.reduce", x):
+                    out = comp.reduce(x, info, all_reduce)
                 if out is not None:
                     self.meter.record(dp_key(self.stage, "allreduce"), x.numel() * x.element_size(), 0, messages=0)
                     if isinstance(out, torch.futures.Future):
@@ -317,20 +320,20 @@ class CompressedReduce:
         """The default paths: all-reduce of a linear compressor's payloads, else all-gather."""
         raw = x.numel() * x.element_size()
         d = self.replicas
-        with self.clock.section("compress"):
+        with self.clock.codec(f"dp.s{self.stage}.compress", x):
             payload = _check_payload(comp.compress(x, info), comp, info)
         if comp.linear:
             self.meter.record(dp_key(self.stage, "allreduce"), raw, 0, messages=0)
             # summed in place: a payload tensor aliasing the bucket is the runtime's to overwrite,
             # any other may be the compressor's own (state, a cache) and is summed in a copy
             summed = tuple(self._all_reduce(t if _aliases(t, x) else t.clone(), unit) for t in payload)
-            with self.clock.section("compress"):
+            with self.clock.codec(f"dp.s{self.stage}.decompress", (x.shape, x.dtype)):
                 mean = _check_output(comp.decompress(summed, info), comp, info, payload=summed)
                 return mean.div_(d) if _aliases(mean, x) else mean / d  # the bucket itself (none): no copy
         self.meter.record(dp_key(self.stage, "allgather"), raw, 0, messages=0)
         self._seq.wait_turn(unit)
         frames = self._all_gather_frames(frame(payload, x.shape, x.dtype, x.device))
-        with self.clock.section("compress"):
+        with self.clock.codec(f"dp.s{self.stage}.decompress", (x.shape, x.dtype)):
             total = torch.zeros_like(x)
             for f in frames:
                 p, _, _ = unframe(f)

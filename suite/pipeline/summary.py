@@ -20,6 +20,7 @@ from suite.results.network.model import model_run
 from suite.results.network.timing_inputs import (
     PROTOCOLS,
     ActionCost,
+    CodecSample,
     DPLoad,
     LinkLoad,
     StageCost,
@@ -204,7 +205,42 @@ def timing_inputs(
         counts=counts,
         target_step=target_step,
         measurement={**_measurement(reports, steps), "robust_clock": "thread_cpu" if cpu else "wall"},
+        codec=codec_samples(reports, steps * D),
     )
+
+
+def codec_samples(reports: list[dict[str, Any]], replica_steps: int) -> dict[str, CodecSample]:
+    """Every codec site's sampled calls against a copy (``Clock.codec``), summed over the processes
+    and stages that ran it (replicas and TP ranks of one stage share its sites); calls per step of
+    one replica = training calls / (steps x replicas)."""
+    sums: dict[str, list[float]] = {}
+    pairs: dict[str, list[tuple[float, float]]] = {}
+    for r in reports:
+        for per_site in (r.get("codec") or {}).values():
+            for site, row in per_site.items():
+                acc = sums.setdefault(site, [0.0] * 6)
+                for i in range(6):
+                    acc[i] += float(row[i])
+        for per_site in (r.get("codec_samples") or {}).values():
+            for site, got in per_site.items():
+                pairs.setdefault(site, []).extend(got)
+    out = {}
+    for site, a in sorted(sums.items()):
+        if a[2] <= 0:
+            continue
+        got = pairs.get(site, [])
+        out[site] = CodecSample(
+            codec_s=a[0],
+            copy_s=a[1],
+            samples=int(a[2]),
+            nbytes=a[3] / a[2],
+            calls_per_step=a[5] / max(1, replica_steps),
+            codec_q25=quantile([c for c, _ in got], 0.25) if got else 0.0,
+            copy_median=quantile([c for _, c in got], 0.5) if got else 0.0,
+            # each sample's codec over the copy timed right after it (same conditions), the median
+            ratio_median=quantile([c / r for c, r in got if r > 0], 0.5) if got else 0.0,
+        )
+    return out
 
 
 def summarize(config: CellConfig, reports: list[dict[str, Any]]) -> RunResult:

@@ -205,7 +205,7 @@ class TPGroup:
             comp = self._comp(site, direction, "send", t, micro=micro)
             x = x.contiguous()
             info = self._info(direction, site, micro, x.shape, x.dtype, t)
-            with self.clock.section("compress"):
+            with self.clock.codec(f"tp.s{self.stage}.{direction}.compress", x):
                 if grad:
                     payload = _check_payload(comp.compress(x, info), comp, info)
                 else:
@@ -243,7 +243,7 @@ class TPGroup:
                 payload = own[src] if src == j else self._receive(site, direction, j, src, micro)[0]
                 comp = self._comp(site, direction, "recv", j, src, micro=micro)
                 info = self._info(direction, site, micro, shape, dtype, src)
-                with self.clock.section("compress"), torch.no_grad():
+                with self.clock.codec(f"tp.s{self.stage}.{direction}.decompress", (shape, dtype)), torch.no_grad():
                     x = _check_output(comp.decompress(payload, info), comp, info, payload=payload)
                 total = x.clone() if total is None else total.add_(x)
             out = total if out is None else out
@@ -266,7 +266,7 @@ class TPGroup:
                     payload = tuple(t.requires_grad_() if t.is_floating_point() else t for t in received)
                 comp = self._comp(site, "forward", "recv", j, src, micro=micro)
                 info = self._info("forward", site, micro, shape, dtype, src)
-                with self.clock.section("compress"):
+                with self.clock.codec(f"tp.s{self.stage}.forward.decompress", (shape, dtype)):
                     x = _check_output(comp.decompress(payload, info), comp, info, payload=payload)
                 total = x if total is None else total + x
             sums.append(total)

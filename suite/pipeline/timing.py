@@ -35,11 +35,19 @@ import torch
 
 from suite import settings
 
-__all__ = ["Clock", "SECTIONS", "CLOCK_ENV"]
+__all__ = ["Clock", "SECTIONS", "CLOCK_ENV", "CODEC_SAMPLE_EVERY"]
 
 SECTIONS = ("compute", "compress", "comm", "optimizer")
 CLOCK_ENV = "MPCBENCH_CLOCK"  # "events" (default on CUDA) or "sync"
 CPU_REUSE_S = 20e-6  # see Clock._cpu_at
+# The codec reference (docs/ARCHITECTURE.md, "Time"): every this many-th call of one codec site,
+# after the first few (warm-up), the call's thread CPU seconds are taken beside those of a copy of
+# the same raw bytes, right after it on the same thread; the board prices the codec as that
+# multiple of a copy, which does not move with the machine's load the way seconds do
+REFERENCE = "reference"  # the section of that copy: charged to nothing
+CODEC_SAMPLE_EVERY = 2
+CODEC_SKIP_CALLS = 4
+CODEC_MAX_SAMPLES = 256  # per site: the quantiles the multiple is taken from
 
 
 class Clock:
@@ -83,6 +91,14 @@ class Clock:
         self._cpu_mark = (0.0, -math.inf)  # the last thread CPU reading and the host time it was taken at
         if event_factory is None and not self._sync_device:
             self._stamp = time.perf_counter  # the common CPU case: no Python frame per stamp
+        # per codec site ("b0.forward.compress", "dp.s1.decompress"...): [codec CPU seconds, copy
+        # CPU seconds, sampled calls, raw bytes of those calls, calls in all (evaluation too),
+        # calls in training steps]; CPU device only
+        self.codec_totals: dict[str, list[float]] = {}
+        self._codec_step: list[tuple[str, float, float, int]] = []  # this step's samples (evaluation: discarded)
+        self._codec_calls: dict[str, int] = {}  # this step's calls per site
+        self._codec_bufs: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # per site: the copy's buffers
+        self.codec_samples: dict[str, list[tuple[float, float]]] = {}  # per site: (codec, copy) seconds
 
     @property
     def steps(self) -> list[dict[str, float]]:
@@ -123,6 +139,39 @@ class Clock:
         sec.clock, sec.name = self, name
         return sec
 
+    def codec(self, site: str, raw: torch.Tensor | tuple[Any, torch.dtype]) -> _Section:
+        """``with clock.codec("b0.forward.compress", x): ...``: a ``compress`` section that, on
+        sampled calls of training steps (CPU only), also times a copy of ``raw``'s bytes (the uncompressed
+        tensor, or its (shape, dtype): a decoder's output size) into a buffer kept per site, right after the block, outside every section, into
+        :attr:`codec_totals`: the compressor's work as a multiple of a copy of the same bytes."""
+        sec = _new_section(_CodecSection)
+        sec.clock, sec.name, sec.site, sec.raw, sec.t0 = self, "compress", site, raw, -1.0
+        return sec
+
+    def _codec_sample(self, sec: _CodecSection, codec_s: float) -> None:
+        raw = sec.raw
+        shape, dtype = (raw.shape, raw.dtype) if isinstance(raw, torch.Tensor) else (torch.Size(raw[0]), raw[1])
+        # the reference is a copy into a buffer kept per site: memory traffic only. (A clone allocates,
+        # and a fresh allocation of this size page-faults; under load that took 40x longer, so the
+        # multiple moved with the load: what it is there to avoid.)
+        bufs = self._codec_bufs.get(sec.site)
+        if bufs is None or bufs[0].shape != shape or bufs[0].dtype != dtype:
+            bufs = self._codec_bufs[sec.site] = (
+                torch.empty(shape, dtype=dtype, device=self._device),
+                torch.zeros(shape, dtype=dtype, device=self._device),
+            )
+            bufs[0].copy_(bufs[1])  # first touch: the pages are mapped before anything is timed
+        src = raw if isinstance(raw, torch.Tensor) else bufs[1]
+        # inside a section of its own ("reference"), which no action, section total or enclosing
+        # section is charged with: the raw times stay those of the run without the copy
+        with self.section(REFERENCE):
+            bufs[0].copy_(src)  # warm: the copy timed next finds the bytes where a codec just left them
+            t0 = time.thread_time()
+            bufs[0].copy_(src)
+            copy_s = time.thread_time() - t0
+        ref = bufs[0]
+        self._codec_step.append((sec.site, codec_s, copy_s, ref.numel() * ref.element_size()))
+
     def _resolve(self, closed: list[_Section]) -> None:
         """Turn one step's closed sections into exclusive seconds (events: one sync)."""
         if not closed:
@@ -154,7 +203,7 @@ class Clock:
         computed: set[str] = set()  # actions whose compute section has closed (close order)
         for sec in closed:
             slot = None
-            if sec.action is not None:
+            if sec.action is not None and sec.name != REFERENCE:
                 if sec.parent is not None or sec.name in ("compute", "optimizer"):
                     if sec.name != "comm":
                         slot = 1
@@ -184,6 +233,19 @@ class Clock:
         """Close the current step (its rows appear in :attr:`steps` and the action lists)."""
         self._unresolved.append((self._closed, wall_s))
         self._closed = []
+        for site, codec_s, copy_s, nbytes in self._codec_step:  # training steps only, like the sections
+            row = self.codec_totals[site]
+            row[0] += codec_s
+            row[1] += copy_s
+            row[2] += 1
+            row[3] += nbytes
+            samples = self.codec_samples.setdefault(site, [])
+            if len(samples) < CODEC_MAX_SAMPLES:
+                samples.append((codec_s, copy_s))
+        self._codec_step = []
+        for site, n in self._codec_calls.items():
+            self.codec_totals[site][5] += n
+        self._codec_calls = {}
         if self._event_factory is not None:  # one sync per step; the events are reused
             self._resolve_steps()
 
@@ -210,6 +272,8 @@ class Clock:
     def discard(self) -> None:
         """Drop what was timed since the last snapshot (evaluation)."""
         self._closed = []  # never resolved: their events are not reused
+        self._codec_step = []
+        self._codec_calls = {}
         self.current = defaultdict(float)
         self.current_actions = {}
         self.current_cpu_actions = {}
@@ -262,6 +326,33 @@ class _Section:
         c._stack.pop()
         c._closed.append(self)
         c.counts[self.name] += 1
+
+
+class _CodecSection(_Section):
+    """A ``compress`` section of one codec site; sampled calls are also timed against a copy."""
+
+    __slots__ = ("site", "raw", "t0")
+    site: str
+    raw: Any
+    t0: float
+
+    def __enter__(self) -> None:
+        c = self.clock
+        if c.cpu_clock:
+            row = c.codec_totals.get(self.site)
+            if row is None:
+                row = c.codec_totals[self.site] = [0.0, 0.0, 0, 0, 0, 0]
+            row[4] += 1
+            c._codec_calls[self.site] = c._codec_calls.get(self.site, 0) + 1
+            n = int(row[4])
+            if n > CODEC_SKIP_CALLS and n % CODEC_SAMPLE_EVERY == 0:
+                self.t0 = time.thread_time()
+        _Section.__enter__(self)
+
+    def __exit__(self, *exc: object) -> None:
+        _Section.__exit__(self, *exc)
+        if self.t0 >= 0 and not exc[0]:
+            self.clock._codec_sample(self, time.thread_time() - self.t0)
 
 
 _new_section = object.__new__

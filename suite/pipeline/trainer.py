@@ -307,6 +307,9 @@ def train(
         action_clocks={str(s): st.clock.action_steps for s, st in stages.items()},
         # the same in thread CPU seconds (CPU device), and how many threads torch computed on
         cpu_action_clocks={str(s): st.clock.cpu_action_steps for s, st in stages.items() if st.clock.cpu_clock},
+        # each codec site's sampled calls against a copy of the same bytes (Clock.codec)
+        codec={str(s): st.clock.codec_totals for s, st in stages.items()},
+        codec_samples={str(s): st.clock.codec_samples for s, st in stages.items()},
         torch_threads=torch.get_num_threads(),
         protocol=transport.PROTOCOL,
         loadavg=report["loadavg"] + [load_average()],

@@ -83,17 +83,23 @@ def _pos_int(v: Any) -> int | None:
 
 
 def _word(v: Any) -> str:
-    """A record's short setting (schedule, mode, device) on one line and bounded: record text is untrusted."""
+    """A record's short setting (schedule, device) on one line and bounded: record text is untrusted."""
     return " ".join(_str(v).split())[:40]
 
 
 def setup_label(record: Mapping[str, Any]) -> str:
     """The run setup of a record besides its compressor, as a short stable string, e.g.
-    ``"4 stages, 1f1b, M=4, single, cpu"`` (+ ``", dp=2"``, ``", tp=2"``, ``", sync outer(h=10)"``, ``", model d256"``,
+    ``"4 stages, 1f1b, M=4, cpu"`` (+ ``", dp=2"``, ``", tp=2"``, ``", sync outer(h=10)"``, ``", model d256"``,
     ``", 200 steps"``, ``", warm-up 10"``
     when set).
 
-    Stages, schedule, micro-batches, mode, device and dp come from the record's ``run`` (what
+    The launch mode (one process or torchrun) is not part of the setup: both run the same stage,
+    boundary and accounting code and give the same losses and bytes (tested:
+    tests/suite/pipeline/test_pipeline_distributed.py), and a row's times come from the time
+    model (:mod:`suite.results.time_model`), not from the process layout a cell happened to use;
+    so a plugin run with the defaults (torchrun) ranks in the built-ins' table.
+
+    Stages, schedule, micro-batches, device and dp come from the record's ``run`` (what
     actually ran, defaults resolved), else from its ``config`` (a failed record has no ``run``;
     :func:`row_keys` then borrows the resolved setup of an ok record with the same config).
     ``steps`` is the config's step override (the tier's own count is implied by the tier) and
@@ -108,7 +114,6 @@ def setup_label(record: Mapping[str, Any]) -> str:
     parts = [f"{stages} stage{'' if stages == 1 else 's'}" if stages else ""]
     parts.append(_word(run.get("schedule")) or _word(cfg.get("schedule")))
     parts.append(f"M={micro}" if micro else "")
-    parts.append(_word(run.get("mode")) or _word(cfg.get("mode")))
     parts.append(_word(run.get("device")) or _word(cfg.get("device")))
     parts.append(f"dp={dp}" if dp and dp != 1 else "")  # dp=1 is the default: not worth a word
     tp = _pos_int(cfg.get("tp"))
@@ -141,7 +146,6 @@ _SETUP_CONFIG_KEYS = (
     "schedule",
     "microbatches",
     "compress_warmup_steps",
-    "mode",
     "device",
     "steps",
     "nnodes",

@@ -21,6 +21,7 @@ import yaml
 from suite.pipeline.config import CellConfig, CompressionPlan
 from suite.results.network import MODEL_VERSION
 from suite.results.records import SCHEMA, validate_record
+from suite.schedules import build_schedule
 
 TASKS = {
     # task: (metric, higher_is_better, target, base quality, steps)
@@ -65,16 +66,22 @@ def make_record(task: str = "cifar10", compressor: str = "none", seed: int = 0, 
         }
     # the network model's stored inputs: 3 stages, 2 links, 4 micro-batches; wire bytes split
     # evenly over the links and micro-batches (what the slider re-models)
+    # (version 2: the schedule, per-action costs; the time model prices these: the fixture tasks' setups
+    # have no calibration, so their own costs stand, and a compressor's codec is its pre/post seconds)
     per_msg = wire / steps / 2 / 4
-    stage = {"compute_s": COMPUTE_S / 6, "compress_s": compress_s / 6, "optimizer_s": 0.0}
+    mb_compute, mb_codec = COMPUTE_S / 3 / 4, compress_s / 3 / 4  # per stage and micro-batch
+    action = lambda share: {"pre_s": mb_codec / 4, "compute_s": mb_compute * share, "post_s": mb_codec / 4}  # noqa: E731
+    stage = {"actions": {"F": action(1 / 3), "B": action(2 / 3)}, "optimizer_s": 0.0}
     link = {"fwd_bytes": per_msg, "bwd_bytes": per_msg, "fwd_messages": 1.0, "bwd_messages": 1.0}
     timing_inputs = {
+        "schedule": build_schedule("1f1b", 3, 4).to_lists(),
         "stages": [stage] * 3,
         "steps": [{"links": [link, link], "dp": []}],
         "microbatches": 4,
         "replicas": 1,
         "warmup_steps": 0,
         "counts": [steps],
+        "target_step": float(steps_to_target),
         "extra": {},
     }
     plan = CompressionPlan.from_dict(compressor)
@@ -164,6 +171,43 @@ def make_record(task: str = "cifar10", compressor: str = "none", seed: int = 0, 
     return validate_record(rec)
 
 
+def never_reached(rec: dict[str, Any]) -> dict[str, Any]:
+    """``rec`` as a run that never met its target: its quality curve stays short of it (the time
+    model then gives no time-to-target on any link)."""
+    rec["reached_target_step"] = None
+    rec["timing_inputs"]["target_step"] = None
+    rec["curve"] = [dict(p, metric=(0.0 if rec["higher_is_better"] else 99.0)) for p in rec["curve"]]
+    for m in rec["modeled"].values():
+        m["time_to_target_s"] = None
+    return rec
+
+
+def modeled_at(rec: dict[str, Any], profile: str, field: str = "time_to_target_s") -> float | None:
+    """The board's modeled time of a record at a named profile (the time model's, not the record's own)."""
+    from leaderboard.frame import board_times
+
+    got = board_times(rec)
+    assert got is not None
+    return got[1][profile][field]
+
+
+def with_time_to_target(rec: dict[str, Any], seconds: float, target_step: float = 100.0) -> dict[str, Any]:
+    """``rec`` with timing inputs that the time model turns into ``seconds`` to its target on every
+    link: one rank, no messages, ``seconds / target_step`` of compute a step (for tests that need
+    hand-set times; the record's setup has no calibration, so its own costs stand)."""
+    per_step = seconds / target_step
+    rec["timing_inputs"] = {
+        "schedule": [["0F0", "0B0"]],
+        "stages": [{"actions": {"F": {"compute_s": per_step / 3}, "B": {"compute_s": 2 * per_step / 3}}}],
+        "steps": [{"links": [], "dp": []}],
+        "counts": [int(2 * target_step)],
+        "microbatches": 1,
+        "replicas": 1,
+        "target_step": target_step,
+    }
+    return rec
+
+
 def make_records(tasks=tuple(TASKS), compressors=tuple(COMPRESSORS), seeds=(0, 1, 2)) -> list[dict[str, Any]]:
     return [make_record(t, c, s) for t in tasks for c in compressors for s in seeds]
 
@@ -225,6 +269,9 @@ def lb() -> types.SimpleNamespace:
         write_jsonl=write_jsonl,
         write_entry=write_entry,
         make_records_dir=make_records_dir,
+        never_reached=never_reached,
+        with_time_to_target=with_time_to_target,
+        modeled_at=modeled_at,
         HOSTILE_NAME=HOSTILE_NAME,
         TASKS=TASKS,
         COMPRESSORS=COMPRESSORS,

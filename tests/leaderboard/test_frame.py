@@ -10,27 +10,31 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leaderboard.frame import to_frame
-from suite.results.network import MODEL_VERSION, PROFILES, TimingInputs, model_run
+from suite.results.network import MODEL_VERSION, PROFILES
+from suite.results.time_model import TIME_MODEL_VERSION
 
 
-def test_records_of_an_older_network_model_are_re_modeled_and_current_ones_kept(lb):
+def test_every_record_is_priced_by_the_time_model_and_stored_times_never_shown(lb):
+    """Issue 44: the board's times are the time model's, whatever a record stores as its own modeled
+    times or model version; a record without usable inputs has no modeled time at all."""
+    from leaderboard.frame import board_times
+
     current = lb.make_record("cifar10", "none", 0)
-    older = {k: v for k, v in current.items() if k != "model_version"}  # written before versions: re-model
+    older = {k: v for k, v in current.items() if k != "model_version"}
     older["record_id"] = "0" * 32
     stale = dict(current, model_version=MODEL_VERSION - 1, record_id="1" * 32)
     rows = to_frame([current, older, stale], details=False).set_index("record_id")
-    fresh = model_run(TimingInputs.from_dict(current["timing_inputs"]), {p: PROFILES[p] for p in current["modeled"]})
-    for prof, stored in current["modeled"].items():
+    _, fresh = board_times(current)
+    for prof in PROFILES:
         col = f"total_s@{prof}"
-        assert rows.loc[current["record_id"], col] == stored["total_s"]  # the current model's own times
-        for rid in (older["record_id"], stale["record_id"]):
-            assert rows.loc[rid, col] == pytest.approx(fresh[prof]["total_s"])
+        for rid in (current["record_id"], older["record_id"], stale["record_id"]):
+            assert rows.loc[rid, col] == fresh[prof]["total_s"]
+    for prof, stored in current["modeled"].items():
         assert fresh[prof]["total_s"] != pytest.approx(stored["total_s"])  # the fixture's times are not the model's
-    assert list(rows.model_version) == [MODEL_VERSION] * 3
-    # no usable inputs: the stored times stay, and the row says it does not know the model
+    assert list(rows.model_version) == [TIME_MODEL_VERSION] * 3
     bare = {k: v for k, v in older.items() if k != "timing_inputs"}
     row = to_frame([bare], details=False).iloc[0]
-    assert row["total_s@1Gbps"] == current["modeled"]["1Gbps"]["total_s"] and math.isnan(row["model_version"])
+    assert math.isnan(row.get("total_s@1Gbps", math.nan)) and math.isnan(row["model_version"])
 
 
 _json_values = st.recursive(

@@ -20,7 +20,7 @@ def _row(agg: pd.DataFrame, task: str, compressor: str, entry: str = "local") ->
 
 
 # --------------------------------------------------------------------------- to_frame
-def test_to_frame_one_row_per_record_with_measured_ratios(records):
+def test_to_frame_one_row_per_record_with_measured_ratios(records, lb):
     frame = to_frame(records)
     assert len(frame) == len(records) == 2 * 4 * 3
     r = frame[(frame.task == "cifar10") & (frame.compressor == "quant(bits=4)") & (frame.seed == 0)].iloc[0]
@@ -32,8 +32,10 @@ def test_to_frame_one_row_per_record_with_measured_ratios(records):
     assert r.bytes_per_step_total == pytest.approx(sum(rec["bytes_per_step"].values()))
     assert r.final_metric == rec["final_metric"]
     assert r.entry == "local" and r.latest
-    assert ranking.network_profiles(frame) == ["100Gbps", "1Gbps", "80Mbps"]  # fastest first
-    assert r["time_to_target_s@80Mbps"] == rec["modeled"]["80Mbps"]["time_to_target_s"]
+    assert ranking.network_profiles(frame) == ["100Gbps", "10Gbps", "1Gbps", "100Mbps", "80Mbps"]  # fastest first
+    # the time model's, from the record's bytes and costs; never the record's own stored times
+    assert r["time_to_target_s@80Mbps"] == lb.modeled_at(rec, "80Mbps")
+    assert r["time_to_target_s@80Mbps"] != rec["modeled"]["80Mbps"]["time_to_target_s"]
 
 
 def test_ratio_comes_from_bytes_not_from_the_records_claim(lb):
@@ -101,13 +103,13 @@ def test_time_to_target_mean_over_reached_seeds_and_fraction(lb):
     for seed in range(3):
         r = lb.make_record("cifar10", "fp16", seed)
         if seed == 2:
-            r["modeled"]["80Mbps"]["time_to_target_s"] = None  # this seed never reached the target
+            lb.never_reached(r)  # this seed never reached the target
         recs.append(r)
     row = _row(aggregate(to_frame(recs)), "cifar10", "fp16")
-    reached = [r["modeled"]["80Mbps"]["time_to_target_s"] for r in recs[:2]]
+    reached = [lb.modeled_at(r, "80Mbps") for r in recs[:2]]
     assert row["time_to_target_s@80Mbps"] == pytest.approx(np.mean(reached))
     assert row["reached@80Mbps"] == pytest.approx(2 / 3)
-    assert row["reached@1Gbps"] == 1.0
+    assert row["reached@1Gbps"] == pytest.approx(2 / 3)  # reaching is a step count: the same on every link
 
 
 def test_baseline_prefers_the_same_entry(lb):
@@ -192,19 +194,16 @@ def test_time_to_target_depends_on_the_network(records):
     first = lambda t: t[t.task == "cifar10"].iloc[0].compressor  # noqa: E731
     assert first(fast) == "none"  # compute-bound: compression only costs time
     assert first(slow) == "quant(bits=4)"  # bandwidth-bound: fewest bytes wins
-    with pytest.raises(ValueError, match="unknown network profile 'dialup'; valid: 100Gbps, 1Gbps, 80Mbps"):
+    with pytest.raises(ValueError, match="unknown network profile 'dialup'; valid: 100Gbps, 10Gbps, 1Gbps, 100Mbps"):
         rank(agg, "time_to_target", network="dialup")
 
 
 def test_time_to_target_never_reached_ranks_last(lb):
     recs = lb.make_records(tasks=("cifar10",))
     for r in recs:
-        if r["compressor"] == "quant(bits=4)":
-            for m in r["modeled"].values():
-                m["time_to_target_s"] = None
-        if r["compressor"] == "fp16" and r["seed"] == 0:
-            r["modeled"]["80Mbps"]["time_to_target_s"] = None
-    r = rank(aggregate(to_frame(recs)), "time_to_target", network="80Mbps")
+        if r["compressor"] == "quant(bits=4)" or (r["compressor"] == "fp16" and r["seed"] == 0):
+            lb.never_reached(r)
+    r = rank(aggregate(to_frame(recs)), "time_to_target", network="100Mbps")
     # topk is fastest among all-seeds-reached; fp16 (2/3 reached) after; quant (never) last
     assert list(r.compressor) == ["topk(ratio=0.1)", "none", "fp16", "quant(bits=4)"]
     assert list(r["rank"]) == [1, 2, 3, 4]
@@ -265,7 +264,7 @@ def test_display_table_strings(records):
     assert row["accuracy"].endswith("(n=3)") and "±" in row["accuracy"]
     assert row["Δ vs none"].startswith("-0.04") and row["Δ vs none"].endswith("***")
     assert row["ratio fwd / bwd / dp"] == "5 / 5 / -" and row["ratio total"] == "5x"
-    assert row["time-to-target @ 1Gbps"].endswith("(3/3)")
+    assert row["time-to-target @ 1Gbps"].removesuffix(" †").endswith("(3/3)")
 
 
 def test_curves_and_detail(records):
@@ -328,31 +327,41 @@ def _in_setup(rec: dict, **run) -> dict:
 
 def test_setup_label_from_run_and_config(lb):
     rec = lb.make_record("cifar10", "fp16", 0)
-    assert ranking.setup_label(rec) == "3 stages, 1f1b, M=4, single, cpu"
+    assert ranking.setup_label(rec) == "3 stages, 1f1b, M=4, cpu"
     rec["config"].update(steps=50, compress_warmup_steps=10)
     rec["run"].update(dp=2, schedule="gpipe", mode="torchrun")
-    assert ranking.setup_label(rec) == "3 stages, gpipe, M=4, torchrun, cpu, dp=2, 50 steps, warm-up 10"
+    assert ranking.setup_label(rec) == "3 stages, gpipe, M=4, cpu, dp=2, 50 steps, warm-up 10"
     # a failed record has no run: the config says what it knows (stages null = task default: omitted)
     cfg = {"stages": None, "dp": 1, "schedule": "1f1b", "microbatches": None, "mode": "single", "device": "cpu"}
-    assert ranking.setup_label({"run": None, "config": cfg}) == "1f1b, single, cpu"
+    assert ranking.setup_label({"run": None, "config": cfg}) == "1f1b, cpu"
     assert ranking.setup_label({"config": {}}) == ""  # old / minimal record: nothing known, still works
-    assert ranking.setup_label({"run": {"mode": "a\nvery " + "long " * 50}}).count("\n") == 0
+    assert ranking.setup_label({"run": {"schedule": "a\nvery " + "long " * 50}}).count("\n") == 0
+
+
+def test_the_launch_mode_is_not_part_of_the_setup(lb):
+    """One process and torchrun give the same losses and bytes, and times come from the time model:
+    a plugin run with the defaults (torchrun) sits in one row and one table with the built-ins."""
+    single = lb.make_record("cifar10", "fp16", 0)
+    torchrun = _in_setup(lb.make_record("cifar10", "fp16", 1), mode="torchrun")
+    base = _in_setup(lb.make_record("cifar10", "none", 0), mode="single")
+    assert ranking.setup_label(single) == ranking.setup_label(torchrun) == ranking.setup_label(base)
+    agg = aggregate(to_frame([single, torchrun, base]))
+    assert len(agg) == 2 and set(agg.setup) == {"3 stages, 1f1b, M=4, cpu"}
+    assert sorted(_row(agg, "cifar10", "fp16").seeds) == [0, 1]
 
 
 def test_same_seed_in_two_setups_is_two_rows_not_two_seeds(lb):
     single = lb.make_record("cifar10", "fp16", 0)
-    torchrun = _in_setup(single, mode="torchrun")
-    torchrun["time"] = dict(single["time"], step_s=10 * single["time"]["step_s"])
-    frame = to_frame([single, torchrun])
+    gpipe = _in_setup(single, schedule="gpipe")
+    gpipe["time"] = dict(single["time"], step_s=10 * single["time"]["step_s"])
+    frame = to_frame([single, gpipe])
     assert frame.latest.all()  # different cells, both count
     agg = aggregate(frame)
     assert len(agg) == 2
-    assert sorted(agg.setup) == ["3 stages, 1f1b, M=4, single, cpu", "3 stages, 1f1b, M=4, torchrun, cpu"]
+    assert sorted(agg.setup) == ["3 stages, 1f1b, M=4, cpu", "3 stages, gpipe, M=4, cpu"]
     for r in agg.itertuples():
         assert r.n == 1 and r.seeds == [0]
-        assert r.step_s == pytest.approx(
-            single["time"]["step_s"] * (10 if "torchrun" in r.setup else 1)
-        )  # not averaged
+        assert r.step_s == pytest.approx(single["time"]["step_s"] * (10 if "gpipe" in r.setup else 1))  # not averaged
 
 
 def test_a_rerun_of_a_seed_in_the_same_setup_counts_once(lb):
@@ -380,23 +389,23 @@ def test_a_failed_record_without_run_joins_its_setups_row(lb):
     failed = lb.make_record("cifar10", "fp16", 2, status="failed", run=None, config=recs[0]["config"])
     agg = aggregate(to_frame([*recs, failed]))
     assert len(agg) == 1
-    assert agg.iloc[0].setup == "3 stages, 1f1b, M=4, single, cpu" and agg.iloc[0].n == 2 and agg.iloc[0].n_failed == 1
+    assert agg.iloc[0].setup == "3 stages, 1f1b, M=4, cpu" and agg.iloc[0].n == 2 and agg.iloc[0].n_failed == 1
 
 
 def test_delta_uses_the_baseline_of_the_same_setup(lb):
     recs = []
     for s in range(3):
         base = lb.make_record("cifar10", "none", s)
-        base_tr = _in_setup(base, mode="torchrun", n_stages=2)
+        base_tr = _in_setup(base, schedule="gpipe", n_stages=2)
         base_tr["final_metric"] = base["final_metric"] - 0.2  # the torchrun setup trains much worse
         fp16 = lb.make_record("cifar10", "fp16", s)
-        fp16_tr = _in_setup(fp16, mode="torchrun", n_stages=2)
+        fp16_tr = _in_setup(fp16, schedule="gpipe", n_stages=2)
         fp16_tr["final_metric"] = fp16["final_metric"] - 0.2
         recs += [base, base_tr, fp16, fp16_tr]
     agg = aggregate(to_frame(recs))
     assert len(agg) == 4 and set(agg.n) == {3}
     by = {(r.compressor, r.setup): r for r in agg.itertuples()}
-    single, torch2 = "3 stages, 1f1b, M=4, single, cpu", "2 stages, 1f1b, M=4, torchrun, cpu"
+    single, torch2 = "3 stages, 1f1b, M=4, cpu", "2 stages, gpipe, M=4, cpu"
     assert by["none", single].significance == by["none", torch2].significance == "baseline"
     for setup in (single, torch2):
         mine = [r["final_metric"] for r in recs if r["compressor"] == "fp16" and ranking.setup_label(r) == setup]
@@ -429,7 +438,7 @@ def test_setup_column_only_when_setups_differ(lb, records):
     table = ranking.display_table(rank(agg[agg.task == "cifar10"], "pareto"))
     cols = list(table.columns)
     assert cols[:2] == ["rank", "compressor"] and cols.index("setup") == cols.index("entry") + 1
-    assert set(table.setup) == {"3 stages, 1f1b, M=4, single, cpu", "3 stages, gpipe, M=4, single, cpu"}
+    assert set(table.setup) == {"3 stages, 1f1b, M=4, cpu", "3 stages, gpipe, M=4, cpu"}
     assert len(table) == 5 and (table.compressor == "fp16").sum() == 2
     # the shakespeare rows have one setup: no column there
     assert "setup" not in ranking.display_table(rank(agg[agg.task == "shakespeare"], "pareto"))
@@ -437,12 +446,12 @@ def test_setup_column_only_when_setups_differ(lb, records):
 
 def test_curves_and_detail_tell_setups_apart(lb):
     a = lb.make_record("cifar10", "fp16", 0)
-    b = _in_setup(a, mode="torchrun")
+    b = _in_setup(a, schedule="gpipe")
     frame = to_frame([a, b])
     curves = ranking.curve_frame(frame, [("local", "fp16")])  # a pair: every setup of it
     # one entry: the compressor names the line (no "local / " on every label)
     assert curves.label.nunique() == 2 and all(lab.startswith("fp16 / 3 stages") for lab in curves.label)
-    tr = "3 stages, 1f1b, M=4, torchrun, cpu"
+    tr = "3 stages, gpipe, M=4, cpu"
     only = ranking.curve_frame(frame, [("local", "fp16", tr)])
     assert set(only.setup) == {tr} and set(only.label) == {"fp16"}
     d = ranking.entry_detail(frame, "cifar10", "quick", "local", "fp16", tr)

@@ -1,5 +1,5 @@
-"""Issue 36: a verified record's quality and time-to-target come from one run. The verification
-re-run lends its seconds per step; the step at which the target was met stays the record's."""
+"""Issues 36 and 44: a verified record's quality and time-to-target come from one run, its own; the
+verification re-run checks it and lends nothing (the time model prices the record)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from leaderboard.frame import to_frame
 from leaderboard.submissions import entry_file_hashes, load_entries, load_entry
 from suite.results import COMMITTED_RECORDS
 from suite.results.entries import row_id, row_key
-from suite.results.network import PROFILES, TimingInputs, model_run
+from suite.results.network import PROFILES
 
 
 def _verified(tmp_path, lb, rec, rerun):
@@ -50,26 +50,33 @@ def _committed_inputs() -> dict:
     raise AssertionError("no committed cifar10 record")
 
 
-def test_a_record_that_met_its_target_keeps_meeting_it_with_its_reruns_times(tmp_path, lb):
+def test_a_reverification_changes_no_time_and_no_score(tmp_path, lb):
+    """Issue 44: a verified row used to take its re-run's times (quant's score moved 0.930 -> 0.991 when
+    its row was re-verified). The re-run checks the record; the time model prices the record itself."""
+    from leaderboard.score import benchmark_score
+    from leaderboard.statistics import aggregate
+
     rec = lb.make_record("cifar10", "fp16", 0)
     rec["timing_inputs"] = _committed_inputs()
     rec["timing_inputs"]["target_step"] = 100.0  # the record met the target at step 100
     slower = copy.deepcopy(rec["timing_inputs"])
-    for stage in slower["stages"]:  # the re-run ran slower
+    for stage in slower["stages"]:  # the re-run ran twice as slow (a loaded machine)
         for a in stage["actions"].values():
             a["compute_s"] *= 2
     slower["target_step"] = None  # ... and, another sample of the same cell, never met the target
     rerun_modeled = {p: {**m, "time_to_target_s": None} for p, m in rec["modeled"].items()}
     rerun = {"record_id": rec["record_id"], "timing_inputs": slower, "modeled": rerun_modeled, "wall_s": 99.0}
-    r = _verified(tmp_path, lb, rec, rerun)
-    assert r["times_from"] == "verification re-run" and r["wall_s"] == 99.0
-    assert r["timing_inputs"]["target_step"] == 100.0  # the record's own step
-    expected = model_run(
-        TimingInputs.from_dict({**slower, "target_step": 100.0}), {p: PROFILES[p] for p in rec["modeled"]}
-    )
-    row = to_frame([r]).iloc[0]
-    for p in rec["modeled"]:
-        # before: the re-run's own time-to-target (None: "never reached") beside the record's quality
-        assert row[f"time_to_target_s@{p}"] == expected[p]["time_to_target_s"]
-        assert math.isfinite(row[f"time_to_target_s@{p}"])
-    assert row["final_metric"] == rec["final_metric"]
+    verified = _verified(tmp_path / "v", lb, rec, rerun)
+    assert verified["verification"] == "verified" and "times_from" not in verified
+    plain = to_frame([copy.deepcopy(rec)]).iloc[0]
+    row = to_frame([verified]).iloc[0]
+    for p in PROFILES:
+        assert math.isfinite(plain[f"time_to_target_s@{p}"])
+        assert row[f"time_to_target_s@{p}"] == plain[f"time_to_target_s@{p}"]
+        assert row[f"total_s@{p}"] == plain[f"total_s@{p}"]
+    assert row["final_metric"] == rec["final_metric"] and row["timing_inputs"] == plain["timing_inputs"]
+    base = lb.make_record("cifar10", "none", 0)
+    base["timing_inputs"] = _committed_inputs()
+    frames = [to_frame([copy.deepcopy(base), r]) for r in (copy.deepcopy(rec), verified)]
+    scores = [benchmark_score(aggregate(f)).table for f in frames]
+    assert scores[0]["score"].tolist() == scores[1]["score"].tolist()

@@ -61,7 +61,8 @@ def test_the_page_shows_the_rules_question_controls_and_marks(fewest, monkeypatc
     at.selectbox(key="rule").select("fewest_bytes").run()
     assert not at.exception, [e.value for e in at.exception]
     assert [n for n in at.number_input if n.key == "min_ratio"]  # the rule asked for it
-    assert any("Q: which compressor sends the fewest bytes?" in t.value for t in at.text)
+    shown = [t.value for t in at.text] + [m.value for m in at.markdown]  # the question leads the page, in bold
+    assert any("which compressor sends the fewest bytes?" in v for v in shown), shown
     table: pd.DataFrame = at.main.dataframe[0].value
     assert table["rank"].iloc[0] == "~1" and all(r.startswith("~") for r in table["rank"])
     assert table["compressor"].iloc[0] == "quant(bits=4)"  # the fewest bytes in the fixture (13.5%)

@@ -66,7 +66,9 @@ def test_none_meets_the_target_on_every_committed_seed(task, tier, committed):
         pytest.skip(f"no committed none records of {task}/{tier}")
     d = catalog()[task]
     assert (none["target"] == d.targets[tier]).all()  # the board reads every record at the current target
-    missed = none[none["reached_target_step"].isna()]
+    # a learning-rate sweep's runs (seed 100 and up, never judged: benchmarks/dp_momentum_plateau.py) may
+    # miss the target at a rate the sweep rejects
+    missed = none[none["reached_target_step"].isna() & (none["seed"] < 100)]
     assert missed.empty, (
         f"{task}/{tier}: none misses the target {d.targets[tier]} on {list(missed['seed'])} ({list(missed['setup'])})"
     )

@@ -17,6 +17,7 @@ from suite.schedules import DEFAULT_SCHEDULE, SCHEDULES, build_schedule
 
 __all__ = [
     "ActionCost",
+    "CodecSample",
     "StageCost",
     "Protocol",
     "PROTOCOLS",
@@ -44,6 +45,35 @@ class ActionCost:
     @property
     def busy_s(self) -> float:
         return self.pre_s + self.compute_s + self.post_s
+
+
+@dataclass(frozen=True)
+class CodecSample:
+    """One codec site of a run (``"b0.forward.compress"``, ``"dp.s1.decompress"``,
+    ``"tp.s0.backward.compress"``): thread CPU seconds of its sampled calls (``codec_s``) and of a
+    copy of the same raw bytes timed right after each (``copy_s``), the number of such calls, their
+    mean raw bytes, and the site's calls per training step of one replica (``calls_per_step``).
+    ``multiple`` is what the time model prices the codec by: the median over sampled calls of the
+    call's seconds over those of the copy timed right after it (``ratio_median``: each pair saw the
+    same conditions, and the median ignores the odd slow sample), else the ratio of the sums.
+    ``codec_q25`` and ``copy_median`` are kept beside it."""
+
+    codec_s: float
+    copy_s: float
+    samples: int
+    nbytes: float
+    calls_per_step: float = 0.0
+    codec_q25: float = 0.0
+    copy_median: float = 0.0
+    ratio_median: float = 0.0
+
+    @property
+    def multiple(self) -> float | None:
+        if self.samples <= 0:
+            return None
+        if self.ratio_median > 0:
+            return self.ratio_median
+        return self.codec_s / self.copy_s if self.copy_s > 0 else None
 
 
 @dataclass(frozen=True)
@@ -157,6 +187,8 @@ class TimingInputs:
     target_step: float | None = None
     measurement: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    # codec site -> its sampled calls against a copy (runs since the time model; empty before)
+    codec: dict[str, CodecSample] = field(default_factory=dict)
 
     def runs(self) -> list[tuple[StepLoad, int]]:
         return list(zip(self.steps, self.counts or [1] * len(self.steps)))
@@ -196,6 +228,7 @@ class TimingInputs:
             target_step=d.get("target_step"),
             measurement=dict(d.get("measurement", {})),
             extra=dict(d.get("extra", {})),
+            codec={str(k): CodecSample(**v) for k, v in dict(d.get("codec", {})).items()},
         )
 
 

@@ -161,9 +161,9 @@ def test_run_resume_broken_plugin_report_validate(capsys, tmp_path, restore_regi
     assert "time-to-target @ 100Mbps" in out
     assert "failed: tiny-brokencomp-seed0: RuntimeError: brokencomp" in out
     assert "Q: which compressor first reaches" in out  # the default rule answers a question, with the target
-    assert max(len(line) for line in out.splitlines()) <= 120 and "step time" not in out
+    assert max(len(line) for line in out.splitlines()) <= 120 and "cell step (raw)" not in out
     rc, out, _ = cli(capsys, "report", "--results", str(multi), "--wide", "--rule", "quality_at_ratio")
-    assert rc == 0 and "step time" in out and "Q: which compressor gives the highest" in out
+    assert rc == 0 and "cell step (raw)" in out and "Q: which compressor gives the highest" in out
     rc, out, _ = cli(capsys, "report", "--results", str(multi), "--format", "csv")
     frame = pd.read_csv(StringIO(out))
     assert set(frame["compressor"]) == {"none", "fp16", "brokencomp"} and "metric_mean" in frame
@@ -207,7 +207,7 @@ def test_validate_problems_and_entries(capsys, tmp_path):
         (["run", "--task", "cifar10", "--compressor", "topk(ratio=7)"], "ratio=7 must be a number"),
         (["run", "--task", "cifar10", "--compressor", "nosuch"], "unknown compressor 'nosuch'; valid names:"),
         (["run", "--seeds", "0,0"], "--seeds: '0,0' is not a seed count"),
-        (["run", "--tier", "huge"], "unknown tier 'huge'; valid tiers: smoke, quick, plateau, gpu, full"),
+        (["run", "--tier", "huge"], "unknown tier 'huge'; valid tiers: smoke, quick, plateau, scale, gpu, full"),
         (["run", "--matrix", "/nonexistent.yaml"], "cannot read matrix file"),
         pytest.param(
             ["run", "--tier", "gpu", "--task", "shakespeare"],
@@ -249,7 +249,7 @@ def test_check_consistency_flag_is_parsed_into_every_cell_without_changing_keys(
     [
         (
             ["--tier", "quik"],
-            "unknown tier 'quik' (did you mean 'quick'?); valid tiers: smoke, quick, plateau, gpu, full",
+            "unknown tier 'quik' (did you mean 'quick'?); valid tiers: smoke, quick, plateau, scale, gpu, full",
         ),
         (["--task", "cifar1"], "unknown task 'cifar1' (did you mean 'cifar10'?); valid tasks: cifar10, "),
         (["--compressor", "topkk(ratio=0.1)"], "unknown compressor 'topkk' (did you mean 'topk'?); valid names: "),

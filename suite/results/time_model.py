@@ -1,0 +1,328 @@
+"""The one home for time on the board: a row's modeled step time from parts that belong to it.
+
+    modeled step = compute of the setup  +  the compressor's codec work  +  the wire
+
+simulated over the schedule the run executed (:mod:`suite.results.network`):
+
+* **compute** (each stage's forward/backward per micro-batch, optimizer, outer-loop work) is the
+  setup's reference on a hardware class (:class:`suite.results.calibration.SetupCompute`), measured
+  in quiet, repeated, interleaved calibration runs; never what one cell happened to see under load.
+  A compressor that adds work to the model (a learned code) multiplies it by its extra-work ratio,
+  measured against ``none`` in the same calibration rounds.
+* **codec** (compress and decompress at every site: pipeline boundaries, data-parallel buckets,
+  tensor-parallel collectives) is each site's *multiple of a copy of the same bytes* times the
+  hardware's copy time of those bytes. The multiple is measured beside a copy on the same thread
+  (``Clock.codec``), so it carries across loads and machines. The calibration's multiple of a
+  (setup, compressor) row is used where it exists (the maintainers' measurement), else the record's
+  own (every cell measures it since this model).
+* **wire**: the record's counted bytes and messages per step, over the link (the event simulation).
+
+Where the calibration has no reference for a record's setup, the record's own measured costs are
+used and the row's :class:`Basis` says so ("own run"): the page marks such times.
+
+The score, the ranking's time columns, time-to-quality curves, the crossover plot, the bandwidth
+for 50/90/99 % utilization, ``mpcbench report`` and ``mpcbench compare`` all read times through
+:func:`row_model` / :func:`model_times` / :func:`step_times`. Verification re-runs never replace a
+record's times: a record's time is a function of its bytes, its schedule and the calibration.
+
+Torch-free; pure functions of (record, calibration, link), cached per process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Any, Mapping
+
+from . import network as net
+from .calibration import Calibration, CopyCost, RowCalibration, SiteCost, compute_key, load_calibration
+from .network.timing_inputs import ActionCost, CodecSample, StageCost, TimingInputs
+
+__all__ = [
+    "TIME_MODEL_VERSION",
+    "Basis",
+    "RowModel",
+    "row_model",
+    "priced_timing",
+    "model_times",
+    "step_times",
+    "codec_seconds",
+]
+
+# Bump when the same records and calibration give other times (part of the board's cache keys).
+TIME_MODEL_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Basis:
+    """Where a row's modeled time comes from: ``compute`` and ``codec`` are ``"calibrated"`` (the
+    hardware class's calibration), ``"own run"`` (the record's own measurement: its codec
+    multiples, or for older records its seconds) or ``"none"``; ``hardware`` the calibration's name."""
+
+    compute: str
+    codec: str
+    extra_work: float
+    hardware: str
+
+    @property
+    def calibrated(self) -> bool:
+        return self.compute == "calibrated" and self.codec in ("calibrated", "own multiples")
+
+    def describe(self) -> str:
+        parts = [f"compute: {self.compute}", f"codec: {self.codec}"]
+        if self.extra_work != 1.0:
+            parts.append(f"extra work x{self.extra_work:.3g}")
+        return f"{self.hardware}: " + ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class RowModel:
+    """A record's inputs as the time model prices them, and where each part came from."""
+
+    inputs: TimingInputs
+    basis: Basis
+
+
+def codec_seconds(sites: Mapping[str, SiteCost], copy: CopyCost, prefix: str, per: float = 1.0) -> float:
+    """Seconds of the codec sites whose name starts with ``prefix`` in one step of one replica,
+    divided by ``per`` (the micro-batches, for a per-action cost)."""
+    total = 0.0
+    for site, c in sites.items():
+        if site.startswith(prefix):
+            total += c.multiple * copy.seconds(c.nbytes) * c.calls_per_step
+    return total / per
+
+
+def _own_sites(codec: Mapping[str, CodecSample], tp: int) -> dict[str, SiteCost]:
+    out = {}
+    for site, c in codec.items():
+        m = c.multiple
+        if m is None or not math.isfinite(m):
+            continue
+        calls = c.calls_per_step / (tp if site.startswith("tp.") else 1)
+        out[site] = SiteCost(m, c.nbytes, calls)
+    return out
+
+
+def _priced_stages(
+    own: TimingInputs,
+    compute: tuple[StageCost, ...] | None,
+    sites: Mapping[str, SiteCost] | None,
+    copy: CopyCost,
+    extra: float,
+) -> list[StageCost]:
+    """Per stage the action costs the simulation runs: compute from the reference (else the
+    record's own), pre/post from the codec sites (else the record's own seconds)."""
+    S, M = len(own.stages), max(1, own.microbatches)
+    out = []
+    for s in range(S):
+        mine = own.stages[s]
+        base = compute[s] if compute is not None else mine
+        kinds = set(base.actions) | set(mine.actions)
+        acts = {}
+        for kind in sorted(kinds):
+            c = base.of(kind).compute_s * (extra if compute is not None else 1.0)
+            if sites is None:
+                pre, post = mine.of(kind).pre_s, mine.of(kind).post_s
+            else:
+                if kind == "F":
+                    pre = codec_seconds(sites, copy, f"b{s - 1}.forward.decompress", M) if s > 0 else 0.0
+                    post = codec_seconds(sites, copy, f"b{s}.forward.compress", M)
+                    c += codec_seconds(sites, copy, f"tp.s{s}.forward.", M)
+                elif kind == "B":
+                    pre = codec_seconds(sites, copy, f"b{s}.backward.decompress", M)
+                    post = codec_seconds(sites, copy, f"b{s - 1}.backward.compress", M) if s > 0 else 0.0
+                    # the backward's collectives: tensor-parallel gradients, and the data-parallel
+                    # hook (it fires inside the backward; per step, spread over the micro-batches)
+                    c += codec_seconds(sites, copy, f"tp.s{s}.backward.", M) + codec_seconds(
+                        sites, copy, f"dp.s{s}.", M
+                    )
+                else:
+                    pre = post = 0.0
+            acts[kind] = ActionCost(pre, c, post)
+        out.append(StageCost(acts, base.optimizer_s, base.sync_s))
+    return out
+
+
+# The most distinct step loads per phase (warm-up, then the rest) the board simulates: a run whose
+# payload size varies from step to step (top-k, AQ-SGD's first visits) is stored as up to 256 chunk
+# means; the board averages them further, over contiguous chunks of equal step counts. The modeled
+# total and time-to-target move by <= 0.2 % on the committed records (docs/ARCHITECTURE.md, "Time").
+BOARD_LOADS = 16
+
+
+def coarsen_steps(
+    steps: list[Any], counts: list[Any], warmup: int, most: int = BOARD_LOADS
+) -> tuple[list[Any], list[int]]:
+    """Run-length encoded step loads (JSON form) with at most ``most`` runs per phase: runs merged
+    into contiguous groups of about equal step counts, each group's loads averaged field by field
+    weighted by steps (bytes and messages per step are additive, so the group's total is kept)."""
+    counts = [int(c) for c in counts] if counts else [1] * len(steps)
+    if len(steps) <= most:
+        return list(steps), counts
+    out_s: list[Any] = []
+    out_c: list[int] = []
+    i, done = 0, 0
+    for phase_end in (warmup, sum(counts)):
+        phase: list[tuple[Any, int]] = []
+        while i < len(steps) and done < phase_end:
+            phase.append((steps[i], counts[i]))
+            done += counts[i]
+            i += 1
+        if len(phase) <= most:
+            out_s += [p[0] for p in phase]
+            out_c += [p[1] for p in phase]
+            continue
+        total = sum(c for _, c in phase)
+        group: list[tuple[Any, int]] = []
+        filled, k = 0, 1
+        for j, (load, c) in enumerate(phase):
+            group.append((load, c))
+            filled += c
+            if filled >= total * k / most or j == len(phase) - 1:
+                out_s.append(_mean_load(group))
+                out_c.append(sum(n for _, n in group))
+                group, k = [], k + 1
+    return out_s, out_c
+
+
+def _mean_load(group: list[tuple[Any, int]]) -> Any:
+    """Step-weighted mean of equally shaped step loads (JSON form)."""
+    if len(group) == 1:
+        return group[0][0]
+    n = sum(c for _, c in group)
+
+    def mean(objs: list[tuple[Any, int]]) -> Any:
+        first = objs[0][0]
+        if isinstance(first, dict):
+            return {k: mean([(o[k], c) for o, c in objs]) for k in first}
+        if isinstance(first, list):
+            return [mean([(o[j], c) for o, c in objs]) for j in range(len(first))]
+        return sum(float(o) * c for o, c in objs) / n
+
+    return mean(group)
+
+
+def _stage_dict(st: StageCost) -> dict[str, Any]:
+    return {
+        "actions": {k: {"pre_s": a.pre_s, "compute_s": a.compute_s, "post_s": a.post_s} for k, a in st.actions.items()},
+        "optimizer_s": st.optimizer_s,
+        "sync_s": st.sync_s,
+    }
+
+
+def priced_timing(record: Mapping[str, Any], calibration: Calibration | None) -> tuple[dict[str, Any], Basis] | None:
+    """The record's ``timing_inputs`` (JSON form) with compute and codec priced by the time model,
+    and where each part came from; None when the record has no usable ``timing_inputs``. Only the
+    stage costs change: schedule, counted bytes and messages, target step stay the record's."""
+    timing = record.get("timing_inputs")
+    if not isinstance(timing, Mapping):
+        return None
+    if "schedule" not in timing:  # version-1 inputs (closed-form era): their version-2 form
+        timing = TimingInputs.from_dict(timing).to_dict()
+    own = TimingInputs.from_dict({**timing, "steps": [], "counts": []})  # the costs only: cheap
+    cfg_v = record.get("config")
+    cfg: Mapping[str, Any] = cfg_v if isinstance(cfg_v, Mapping) else {}
+    tp_v = cfg.get("tp")
+    tp = tp_v if isinstance(tp_v, int) and not isinstance(tp_v, bool) and tp_v > 0 else 1
+    comp_v = record.get("compressor")
+    compressor = comp_v if isinstance(comp_v, str) else ""
+    key = compute_key(record)
+    ref = calibration.compute.get(key) if calibration else None
+    compute = ref.stages if ref is not None and len(ref.stages) == len(own.stages) else None
+    row: RowCalibration | None = calibration.row(key, compressor) if calibration else None
+    extra = row.extra_work if (row is not None and compute is not None) else 1.0
+    sites: dict[str, SiteCost] | None
+    if calibration is None:
+        sites, codec_basis = None, "own run"
+    elif row is not None:  # measured; no sites at all (one stage, a plain reduction) is no codec work
+        sites, codec_basis = dict(row.sites), "calibrated"
+    elif own.codec:
+        sites, codec_basis = _own_sites(own.codec, tp), "own multiples"
+    else:
+        sites, codec_basis = None, "own run"
+    copy = calibration.copy if calibration else CopyCost(0.0, math.inf)
+    stages = _priced_stages(own, compute, sites, copy, extra)
+    steps, counts = coarsen_steps(
+        timing.get("steps") or [], timing.get("counts") or [], int(timing.get("warmup_steps") or 0)
+    )
+    priced = {
+        **timing,
+        "stages": [_stage_dict(st) for st in stages],
+        "mean_stages": [],
+        "steps": steps,
+        "counts": counts,
+    }
+    basis = Basis(
+        compute="calibrated" if compute is not None else "own run",
+        codec=codec_basis,
+        extra_work=extra,
+        hardware=calibration.name if calibration else "own run",
+    )
+    return priced, basis
+
+
+def row_model(record: Mapping[str, Any], calibration: Calibration | None) -> RowModel | None:
+    """The record's timing inputs priced by the time model (:func:`priced_timing`), parsed."""
+    got = priced_timing(record, calibration)
+    if got is None:
+        return None
+    return RowModel(TimingInputs.from_dict(got[0]), got[1])
+
+
+def model_times(
+    record: Mapping[str, Any],
+    profiles: Mapping[str, net.NetworkProfile],
+    calibration: Calibration | None,
+    target_step: float | None | str = "stored",
+) -> tuple[dict[str, dict[str, float | None]], Basis] | None:
+    """Per profile ``step_s``, ``total_s``, ``time_to_target_s``, ``comm_s_per_step`` of a record
+    (``target_step``: the step the target was met at; ``"stored"``: the inputs' own), and the basis."""
+    rm = row_model(record, calibration)
+    if rm is None:
+        return None
+    inputs = rm.inputs if isinstance(target_step, str) else replace(rm.inputs, target_step=target_step)
+    return net.model_run(inputs, profiles), rm.basis
+
+
+def _record_key(record: Mapping[str, Any]) -> str:
+    """What of a record the time model reads, as one string (the cache key of :func:`step_times`)."""
+    cfg = record.get("config") if isinstance(record.get("config"), Mapping) else {}
+    run = record.get("run") if isinstance(record.get("run"), Mapping) else {}
+    keep = {
+        "task": record.get("task"),
+        "tier": record.get("tier"),
+        "compressor": record.get("compressor"),
+        "config": cfg,
+        "run": run,
+        "timing_inputs": record.get("timing_inputs"),
+    }
+    return json.dumps(keep, sort_keys=True, separators=(",", ":"), default=str)
+
+
+@lru_cache(maxsize=65536)
+def _step_times_cached(text: str, link: net.NetworkProfile, hardware: str) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    record = json.loads(text)
+    rm = row_model(record, load_calibration(hardware))
+    if rm is None:
+        return (), ()
+    runs = rm.inputs.runs()
+    return tuple(int(c) for _, c in runs), tuple(net.run_step_times(rm.inputs, link))
+
+
+def step_times(
+    record: Mapping[str, Any] | str, link: net.NetworkProfile, hardware: str
+) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """(counts, modeled seconds per step) of each run of equal steps of a record over ``link`` on
+    ``hardware`` (a calibration name); empty when the record cannot be modeled. ``record`` may be
+    the string :func:`record_key` gives (what the page caches)."""
+    text = record if isinstance(record, str) else _record_key(record)
+    try:
+        return _step_times_cached(text, link, hardware)
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # untrusted stored inputs
+        return (), ()
+
+
+record_key = _record_key
