@@ -461,8 +461,8 @@ def _tier_names(path: Path) -> list[str]:
 
     try:
         return list((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("tiers") or {})
-    except (OSError, yaml.YAMLError, AttributeError, TypeError):
-        return []
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError, TypeError):
+        return []  # the matrix loader says what is wrong with the file, in one line
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -173,7 +173,7 @@ CLI_CASES = [
     (
         "unknown tier",
         ["--task", "tiny", "--tier", "huge"],
-        "unknown tier 'huge'; valid tiers: smoke, quick, plateau, gpu, full",
+        "unknown tier 'huge'; valid tiers: smoke, quick, plateau, scale, gpu, full",
     ),
 ]
 
