@@ -34,7 +34,7 @@ from suite.results.records import (  # the record schema's byte directions and k
     QUALITY_KEYS,
 )
 from suite.results.task_catalog import describe as describe_task
-from suite.results.time_model import TIME_MODEL_VERSION, Basis, priced_timing
+from suite.results.time_model import TIME_MODEL_VERSION, Basis, model_times, priced_timing
 
 _orjson: Any
 try:  # optional (the leaderboard extra): the index's inputs text ~10x cheaper
@@ -262,13 +262,10 @@ def board_times(
     ``hardware``: what :mod:`leaderboard.times_file` stores for the maintainers' entries."""
     step = board_target_step(r)
     try:
-        got = priced_timing(r, load_calibration(hardware))
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        got = model_times(r, model.PROFILES, load_calibration(hardware), step)
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # untrusted stored inputs
         return None
-    if got is None:
-        return None
-    inputs = got[0] if isinstance(step, str) else {**got[0], "target_step": step}
-    return step, model.model_run(model.TimingInputs.from_dict(inputs), dict(model.PROFILES))
+    return None if got is None else (step, got[0])
 
 
 def _remodel_request(

@@ -26,7 +26,7 @@ from suite.results.calibration import load_calibration
 from suite.results.network import MODEL_VERSION
 from suite.results.time_model import TIME_MODEL_VERSION
 
-__all__ = ["TIMES_FILE", "times_key", "read_times", "write_times"]
+__all__ = ["TIMES_FILE", "times_key", "step_key", "read_times", "write_times"]
 
 TIMES_FILE = "times.json"
 _CODE = Path(__file__).resolve().parents[1] / "suite" / "results"
@@ -45,7 +45,8 @@ def times_key(hardware: str) -> str:
     return json.dumps([TIME_MODEL_VERSION, MODEL_VERSION, hardware, cal.digest if cal else None, _code_digest()])
 
 
-def _step_key(target_step: Any) -> str:
+def step_key(target_step: Any) -> str:
+    """How a target step is written in the file (``\"stored\"``: the record's own)."""
     return "stored" if isinstance(target_step, str) else repr(target_step)
 
 
@@ -84,10 +85,7 @@ def write_times(entry_dir: Path, hardware: str) -> int:
         clean = {
             p: {k: (v if v is None or math.isfinite(v) else None) for k, v in m.items()} for p, m in modeled.items()
         }
-        rows.append({"sha256": r.get("record_sha256"), "target_step": _step_key(step), "modeled": clean})
+        rows.append({"sha256": r.get("record_sha256"), "target_step": step_key(step), "modeled": clean})
     doc = {"schema": "mpcbench.times/1", "key": times_key(hardware), "records": rows}
     (Path(entry_dir) / TIMES_FILE).write_text(json.dumps(doc, indent=0, sort_keys=True) + "\n")
     return len(rows)
-
-
-step_key = _step_key

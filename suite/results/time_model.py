@@ -22,7 +22,7 @@ used and the row's :class:`Basis` says so ("own run"): the page marks such times
 
 The score, the ranking's time columns, time-to-quality curves, the crossover plot, the bandwidth
 for 50/90/99 % utilization, ``mpcbench report`` and ``mpcbench compare`` all read times through
-:func:`row_model` / :func:`model_times` / :func:`step_times`. Verification re-runs never replace a
+:func:`priced_timing` / :func:`model_times` (the frame's priced inputs, which every view re-models). Verification re-runs never replace a
 record's times: a record's time is a function of its bytes, its schedule and the calibration.
 
 Torch-free; pure functions of (record, calibration, link), cached per process.
@@ -30,14 +30,12 @@ Torch-free; pure functions of (record, calibration, link), cached per process.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import Any, Mapping
 
 from . import network as net
-from .calibration import Calibration, CopyCost, RowCalibration, SiteCost, compute_key, load_calibration
+from .calibration import Calibration, CopyCost, RowCalibration, SiteCost, compute_key
 from .network.timing_inputs import ActionCost, CodecSample, StageCost, TimingInputs
 
 __all__ = [
@@ -47,7 +45,6 @@ __all__ = [
     "row_model",
     "priced_timing",
     "model_times",
-    "step_times",
     "codec_seconds",
 ]
 
@@ -285,44 +282,3 @@ def model_times(
         return None
     inputs = rm.inputs if isinstance(target_step, str) else replace(rm.inputs, target_step=target_step)
     return net.model_run(inputs, profiles), rm.basis
-
-
-def _record_key(record: Mapping[str, Any]) -> str:
-    """What of a record the time model reads, as one string (the cache key of :func:`step_times`)."""
-    cfg = record.get("config") if isinstance(record.get("config"), Mapping) else {}
-    run = record.get("run") if isinstance(record.get("run"), Mapping) else {}
-    keep = {
-        "task": record.get("task"),
-        "tier": record.get("tier"),
-        "compressor": record.get("compressor"),
-        "config": cfg,
-        "run": run,
-        "timing_inputs": record.get("timing_inputs"),
-    }
-    return json.dumps(keep, sort_keys=True, separators=(",", ":"), default=str)
-
-
-@lru_cache(maxsize=65536)
-def _step_times_cached(text: str, link: net.NetworkProfile, hardware: str) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    record = json.loads(text)
-    rm = row_model(record, load_calibration(hardware))
-    if rm is None:
-        return (), ()
-    runs = rm.inputs.runs()
-    return tuple(int(c) for _, c in runs), tuple(net.run_step_times(rm.inputs, link))
-
-
-def step_times(
-    record: Mapping[str, Any] | str, link: net.NetworkProfile, hardware: str
-) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    """(counts, modeled seconds per step) of each run of equal steps of a record over ``link`` on
-    ``hardware`` (a calibration name); empty when the record cannot be modeled. ``record`` may be
-    the string :func:`record_key` gives (what the page caches)."""
-    text = record if isinstance(record, str) else _record_key(record)
-    try:
-        return _step_times_cached(text, link, hardware)
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # untrusted stored inputs
-        return (), ()
-
-
-record_key = _record_key
