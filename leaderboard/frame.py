@@ -34,7 +34,7 @@ from suite.results.records import (  # the record schema's byte directions and k
     QUALITY_KEYS,
 )
 from suite.results.task_catalog import describe as describe_task
-from suite.results.time_model import TIME_MODEL_VERSION, Basis, model_times, priced_timing
+from suite.results.time_model import TIME_MODEL_VERSION, Basis, NotProjectable, Projection, model_times, priced_timing
 
 _orjson: Any
 try:  # optional (the leaderboard extra): the index's inputs text ~10x cheaper
@@ -277,16 +277,20 @@ def _remodel_request(
     return None if priced is None else (priced[0], tuple(model.PROFILES))
 
 
-def priced_inputs(r: dict[str, Any], target_step: float | None | str = "stored") -> tuple[dict[str, Any], Basis] | None:
+def priced_inputs(
+    r: dict[str, Any], target_step: float | None | str = "stored", projection: Projection | None = None
+) -> tuple[dict[str, Any], Basis] | None:
     """The record's timing inputs as the time model prices them (``time_model.priced_timing`` on the
     board's calibration), at ``target_step`` (``"stored"``: the record's own), and the basis; None
     when the record's inputs cannot be read. Every time the board shows is simulated from these.
     Memoized per :func:`to_frame` call (the request and the row read it)."""
-    key = (id(r), target_step)
+    key = (id(r), target_step, projection)
     if _PRICED_ACTIVE and key in _PRICED:
         return _PRICED[key]
     try:
-        got = priced_timing(r, load_calibration(BOARD_HARDWARE))
+        got = priced_timing(r, load_calibration(BOARD_HARDWARE), projection)
+    except NotProjectable:
+        raise
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):  # untrusted stored inputs
         got = None
     if got is not None and not isinstance(target_step, str):
@@ -297,7 +301,7 @@ def priced_inputs(r: dict[str, Any], target_step: float | None | str = "stored")
 
 
 # memo of one to_frame call (keyed by the ids of its records, so only while they are alive)
-_PRICED: dict[tuple[int, Any], tuple[dict[str, Any], Basis] | None] = {}
+_PRICED: dict[tuple[Any, ...], tuple[dict[str, Any], Basis] | None] = {}
 _PRICED_ACTIVE = False
 BOARD_HARDWARE = DEFAULT_HARDWARE  # the calibration the board's times are priced on
 

@@ -504,10 +504,14 @@ def load_records(rows: pd.DataFrame) -> list[dict[str, Any]]:
     return [found[k] for k in zip(rows["source"], rows["record_id"]) if k in found]
 
 
-def load_details(rows: pd.DataFrame) -> pd.DataFrame:
+def load_details(rows: pd.DataFrame, projection: Any = None) -> pd.DataFrame:
     """``rows`` of the index with the per-record details read back from their source files:
     ``curve`` (list), ``config``, ``provenance`` (dicts) and ``timing_inputs``
-    (JSON string). Rows whose record can no longer be found get empty values."""
+    (JSON string). Rows whose record can no longer be found get empty values.
+
+    ``projection`` (a :class:`suite.results.projection.Projection`): ``timing_inputs`` are the
+    projected ones (:func:`suite.results.time_model.priced_timing`), ``""`` where a row cannot be
+    projected, with the reason in ``projection_note``."""
     rows = rows.copy()
     details: dict[tuple[str, str], dict[str, Any]] = {}
     for source, g in rows.groupby("source", sort=False):
@@ -520,7 +524,23 @@ def load_details(rows: pd.DataFrame) -> pd.DataFrame:
         empty: Any = [] if name == "curve" else {}
         vals = [details.get(k, {}).get(name) for k in keys]
         rows[name] = [v if isinstance(v, type(empty)) else type(empty)() for v in vals]
-    if "timing_inputs" not in rows:  # the frame's column: the inputs as the time model prices them
+    if projection is not None:
+        from leaderboard.frame import board_target_step, priced_inputs
+        from suite.results.projection import NotProjectable
+
+        texts, notes = [], []
+        for k in keys:
+            r = details.get(k)
+            try:
+                got = priced_inputs(r, board_target_step(r), projection) if r else None
+                note = "" if got else "no timing inputs"
+            except NotProjectable as e:
+                got, note = None, str(e)
+            texts.append(json.dumps(got[0], separators=(",", ":")) if got else "")
+            notes.append(note)
+        rows["timing_inputs"] = texts
+        rows["projection_note"] = notes
+    elif "timing_inputs" not in rows:  # the frame's column: the inputs as the time model prices them
         from leaderboard.frame import board_target_step, priced_inputs
 
         priced = [priced_inputs(r, board_target_step(r)) if (r := details.get(k)) else None for k in keys]

@@ -504,6 +504,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         write_bandwidth(load_details(frame[(frame["status"] == "ok") & frame["latest"]]), args.format, sys.stdout)
         return EXIT_OK
+    if args.hardware or args.model_size or args.mfu is not None:  # projected onto another accelerator / size
+        return _report_projected(args, frame)
     if args.score:  # one score across tasks and networks (performance profiles)
         from leaderboard.report import write_score
 
@@ -524,6 +526,54 @@ def cmd_report(args: argparse.Namespace) -> int:
         write_report(frame, opts, sys.stdout, links_text=format_rows(rows) if rows else "", timed=timed)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    return EXIT_OK
+
+
+def _projection(args: argparse.Namespace) -> Any:
+    """The report's :class:`Projection` from ``--hardware``, ``--model-size`` and ``--mfu`` (checked: one line each)."""
+    from suite.results.hardware import HardwareError, load_hardware
+    from suite.results.model_sizes import ModelSizeError, load_model_costs
+    from suite.results.projection import Projection
+
+    try:
+        profiles = load_hardware()
+        costs = load_model_costs()[0]
+    except (HardwareError, ModelSizeError) as e:
+        raise UsageError(str(e)) from None
+    names = list(profiles)
+    if not args.hardware:
+        raise UsageError(f"--model-size and --mfu project onto a profile: add --hardware NAME ({', '.join(names)})")
+    if args.hardware not in names:
+        raise UsageError(f"unknown hardware profile {args.hardware!r}; valid: {', '.join(names)}")
+    sizes = sorted({c.model_size for c in costs if c.model_size})
+    if args.model_size is not None and args.model_size not in sizes:
+        raise UsageError(f"unknown model size {args.model_size!r}; valid: {', '.join(sizes)}")
+    if args.mfu is not None and not 0 < args.mfu <= 1:
+        raise UsageError(f"--mfu must be a fraction of the profile's peak in (0, 1], got {args.mfu}")
+    projection = Projection(args.hardware, args.model_size, args.mfu)
+    try:
+        projection.describe()  # a profile without the numbers a projection needs (an uncalibrated machine)
+    except HardwareError as e:
+        raise UsageError(str(e)) from None
+    return projection
+
+
+def _report_projected(args: argparse.Namespace, frame: Any) -> int:
+    """``mpcbench report --hardware NAME [--model-size NAME] [--mfu X]`` (leaderboard.projected)."""
+    from leaderboard.index import load_details
+    from leaderboard.networks import Link
+    from leaderboard.projected import write_projection
+    from leaderboard.report import default_network
+    from suite.results.network import PROFILES
+
+    projection = _projection(args)
+    network = args.network or default_network(frame) or "1Gbps"
+    if network not in PROFILES:
+        raise UsageError(f"unknown network profile {network!r}; valid: {', '.join(PROFILES)}")
+    prof = PROFILES[network]
+    ok = frame[(frame["status"] == "ok") & frame["latest"]]
+    rows = load_details(ok, projection)
+    write_projection(rows, projection, Link(float(prof.bandwidth_bps), float(prof.latency_s)), args.format, sys.stdout)
     return EXIT_OK
 
 
@@ -801,6 +851,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--score",
         action="store_true",
         help="one benchmark score per compressor: performance profiles of time-to-target over (task, network) pairs",
+    )
+    p.add_argument(
+        "--hardware",
+        default=None,
+        metavar="NAME",
+        help="project every time onto this accelerator (suite/results/hardware_profiles.json: h100-sxm, a100-80gb, "
+        "rtx-4090): compute from counted FLOPs, codec from measured multiples of a copy; quality stays measured",
+    )
+    p.add_argument(
+        "--model-size",
+        default=None,
+        metavar="NAME",
+        help="with --hardware: project onto this model size (gpt2-124m, gpt2-350m, gpt-1.3b, gpt-7b, resnet18, ...)",
+    )
+    p.add_argument(
+        "--mfu", type=float, default=None, help="with --hardware: model FLOPs utilization (default: the profile's)"
     )
     p.set_defaults(func=cmd_report)
 

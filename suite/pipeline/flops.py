@@ -32,16 +32,22 @@ from tasks.api import Task
 
 __all__ = ["ENTRIES", "count", "count_all", "main"]
 
-# (task, tier, model size) counted at the task's default stage split: every CPU leaderboard task's
-# quick model, and the named sizes of the GPT family (both tasks' model classes) and of ResNet-18
-ENTRIES: tuple[tuple[str, str, str | None], ...] = (
-    ("cifar10", "quick", None),
-    ("sst2", "quick", None),
-    ("shakespeare", "quick", None),
-    ("wikitext2", "quick", None),
-    *(("shakespeare", "quick", s) for s in get_task_class("shakespeare").model_sizes),
-    *(("wikitext2", "quick", s) for s in get_task_class("wikitext2").model_sizes),
-    *(("cifar10", "quick", s) for s in get_task_class("cifar10").model_sizes),
+# (task, tier, model size, stages) counted (stages None: the task's default split): every CPU
+# leaderboard task's tier model at each stage count the committed records use, and the named sizes
+# of the GPT family (both tasks' model classes) and of ResNet-18 at the default split
+ENTRIES: tuple[tuple[str, str, str | None, int | None], ...] = (
+    ("cifar10", "quick", None, None),
+    ("sst2", "quick", None, None),
+    ("shakespeare", "quick", None, None),
+    ("shakespeare", "quick", None, 1),  # data parallel, unsplit
+    ("wikitext2", "quick", None, None),
+    *((t, "quick", None, None) for t in ("cola", "mrpc", "rte", "stsb")),
+    *((t, "plateau", None, None) for t in ("cifar10", "shakespeare", "sst2", "stsb")),
+    ("shakespeare", "plateau", None, 1),
+    *(("shakespeare", "quick", s, None) for s in get_task_class("shakespeare").model_sizes),
+    *(("shakespeare", "quick", s, 1) for s in get_task_class("shakespeare").model_sizes),  # data parallel
+    *(("wikitext2", "quick", s, None) for s in get_task_class("wikitext2").model_sizes),
+    *(("cifar10", "quick", s, None) for s in get_task_class("cifar10").model_sizes),
 )
 
 COUNTED = (
@@ -114,6 +120,7 @@ def count(task: Task, n_stages: int | None = None, *, meta: bool | None = None) 
         tier=task.tier,
         model_size=task.model_size,
         n_stages=S,
+        microbatches=M,
         microbatch_samples=int(batch.inputs.shape[0]),
         sample_shape=tuple(int(s) for s in batch.inputs.shape[1:]),
         dtype=dtype,
@@ -125,7 +132,7 @@ def count(task: Task, n_stages: int | None = None, *, meta: bool | None = None) 
 
 def count_all(entries=ENTRIES, data_dir: str | None = None) -> list[ModelCost]:
     """Every listed entry, counted."""
-    return [count(build_task(t, tier, data_dir=data_dir, model_size=size)) for t, tier, size in entries]
+    return [count(build_task(t, tier, data_dir=data_dir, model_size=size), n) for t, tier, size, n in entries]
 
 
 def _git(*args: str) -> str | None:

@@ -64,13 +64,15 @@ class ModelCost:
     """One (task, tier, model size, stage count): the tier's micro-batch on the model of that size.
 
     ``model_size`` None is the tier's own model. ``microbatch_samples``: samples per micro-batch
-    (the tier's batch / M); ``sample_shape``: one sample's input (``[T]`` token ids, ``[3, 32, 32]``
+    (the tier's batch / M, ``microbatches``; a data-parallel replica trains on batches of the
+    same size, its own shard); ``sample_shape``: one sample's input (``[T]`` token ids, ``[3, 32, 32]``
     an image). ``extra``: the model's settings after the size's overrides (widths, depths, context)."""
 
     task: str
     tier: str
     model_size: str | None
     n_stages: int
+    microbatches: int
     microbatch_samples: int
     sample_shape: tuple[int, ...]
     dtype: str
@@ -114,6 +116,7 @@ class ModelCost:
                 tier=str(d["tier"]),
                 model_size=None if d["model_size"] is None else str(d["model_size"]),
                 n_stages=_int(d["n_stages"]),
+                microbatches=_int(d["microbatches"]),
                 microbatch_samples=_int(d["microbatch_samples"]),
                 sample_shape=tuple(_int(x) for x in d["sample_shape"]),
                 dtype=str(d["dtype"]),
@@ -165,7 +168,8 @@ def get_model_cost(
     task: str, model_size: str | None = None, tier: str = "quick", n_stages: int | None = None
 ) -> ModelCost:
     """The committed entry of ``task`` at ``model_size`` (None: the tier's model), the tier's
-    micro-batch and ``n_stages`` (None: the one stage count listed); unknown ones list what is."""
+    micro-batch and ``n_stages`` (None: the pipeline split, the most stages listed; a one-stage
+    entry is the data-parallel setup's); unknown ones list what is."""
     global _CACHE
     if _CACHE is None:
         _CACHE = load_model_costs()[0]
@@ -174,6 +178,8 @@ def get_model_cost(
         for c in _CACHE
         if (c.task, c.tier, c.model_size) == (task, tier, model_size) and n_stages in (None, c.n_stages)
     ]
+    if n_stages is None and len(found) > 1:
+        found = [max(found, key=lambda c: c.n_stages)]
     if len(found) != 1:
         have = sorted(
             {f"{c.task}/{c.tier}/{c.model_size or 'tier model'}/{c.n_stages} stages" for c in _CACHE if c.task == task}

@@ -18,11 +18,16 @@ from __future__ import annotations
 
 import math
 
+from dataclasses import dataclass
+
 from .hardware import HardwareError, HardwareProfile, get_hardware
 from .model_sizes import ModelCost
 
 __all__ = [
     "REFERENCE_PROFILE",
+    "OPTIMIZER_COPY_BYTES_PER_PARAM",
+    "Projection",
+    "NotProjectable",
     "project_compute_s",
     "project_stage_s",
     "copy_bandwidth",
@@ -33,6 +38,49 @@ __all__ = [
 ]
 
 REFERENCE_PROFILE = "h100-sxm"  # the profile whose copy floor was measured (its datasheet ratio transfers)
+
+# The optimizer step as memory traffic: AdamW on fp32 master weights reads the parameter, its
+# gradient and both moments (16 bytes) and writes the parameter and the moments (12 bytes), 28
+# bytes a parameter; a copy of n bytes moves 2n, so the step costs a copy of 14 bytes a parameter.
+# An assumption (fused kernels, other optimizers and mixed precision move less or more), stated
+# wherever a projected time is shown.
+OPTIMIZER_COPY_BYTES_PER_PARAM = 14
+
+
+class NotProjectable(ValueError):
+    """A record's time cannot be projected (no FLOP count for its setup, no codec multiples)."""
+
+
+@dataclass(frozen=True)
+class Projection:
+    """Where a row's time is projected: a hardware profile (``hardware_profiles.json``), a model
+    size (None: the size the row was measured at) and a model FLOPs utilization (None: the
+    profile's default). What is projected is time only: quality, bytes ratio and the steps to a
+    target stay the measured run's."""
+
+    hardware: str
+    model_size: str | None = None
+    mfu: float | None = None
+
+    def profile(self) -> HardwareProfile:
+        return get_hardware(self.hardware)
+
+    def effective_mfu(self) -> float:
+        hw = self.profile()
+        return hw.default_mfu if self.mfu is None else float(self.mfu)
+
+    def describe(self) -> str:
+        """One line: the profile, the size and every assumption the projected time rests on."""
+        hw = self.profile()
+        size = self.model_size or "the measured size"
+        return (
+            f"projected onto {hw.label} ({hw.name}) at {size}: compute = counted FLOPs / (peak "
+            f"{hw.require('peak_bf16_flops') / 1e12:.0f} TFLOP/s x MFU {self.effective_mfu():.2f}), no kernel-launch "
+            f"floor; codec = the row's measured multiple of a copy x the profile's copy time "
+            f"({copy_bandwidth(hw)[1]}); optimizer = a copy of {OPTIMIZER_COPY_BYTES_PER_PARAM} bytes a parameter; "
+            "wire bytes scaled with the boundary (pipeline, tensor parallel) or the parameters (data parallel); "
+            "quality and steps to target as measured"
+        )
 
 
 def _mean_copy_rate(hw: HardwareProfile) -> float:

@@ -36,7 +36,9 @@ from typing import Any, Mapping
 
 from . import network as net
 from .calibration import Calibration, CopyCost, RowCalibration, SiteCost, compute_key
+from .model_sizes import ModelCost, ModelSizeError, get_model_cost
 from .network.timing_inputs import ActionCost, CodecSample, StageCost, TimingInputs
+from .projection import OPTIMIZER_COPY_BYTES_PER_PARAM, NotProjectable, Projection, copy_s, project_compute_s
 
 __all__ = [
     "TIME_MODEL_VERSION",
@@ -46,6 +48,8 @@ __all__ = [
     "priced_timing",
     "model_times",
     "codec_seconds",
+    "Projection",
+    "NotProjectable",
 ]
 
 # Bump when the same records and calibration give other times (part of the board's cache keys).
@@ -62,6 +66,7 @@ class Basis:
     codec: str
     extra_work: float
     hardware: str
+    projection: str = ""  # Projection.describe() of a projected row; "" for a measured one
 
     @property
     def calibrated(self) -> bool:
@@ -71,7 +76,8 @@ class Basis:
         parts = [f"compute: {self.compute}", f"codec: {self.codec}"]
         if self.extra_work != 1.0:
             parts.append(f"extra work x{self.extra_work:.3g}")
-        return f"{self.hardware}: " + ", ".join(parts)
+        out = f"{self.hardware}: " + ", ".join(parts)
+        return f"{out}; {self.projection}" if self.projection else out
 
 
 @dataclass(frozen=True)
@@ -202,6 +208,159 @@ def _mean_load(group: list[tuple[Any, int]]) -> Any:
     return mean(group)
 
 
+def _boundary_ratio(base: ModelCost, target: ModelCost, s: int) -> float:
+    """Raw boundary bytes of stage ``s`` at the target size over the measured size's (the last
+    stage sends nothing: its input's ratio, the previous boundary's, stands for its activations)."""
+    i = s if base.stages[s].boundary_bytes else max(0, s - 1)
+    b = base.stages[i].boundary_bytes
+    return target.stages[i].boundary_bytes / b if b else 1.0
+
+
+def _params_ratio(base: ModelCost, target: ModelCost, s: int | None) -> float:
+    if s is None or s >= len(base.stages):
+        return target.model_params / base.model_params
+    return target.stages[s].params / base.stages[s].params if base.stages[s].params else 1.0
+
+
+def _site_ratio(site: str, base: ModelCost, target: ModelCost) -> float:
+    """How a codec site's raw bytes grow from the measured size to the target: boundary sites
+    (``b{s}.``) and tensor-parallel collectives (``tp.s{s}.``) with stage s's activations, the
+    data-parallel buckets (``dp.s{s}.``) with stage s's parameters."""
+    head = site.split(".")
+    try:
+        if head[0].startswith("b") and head[0][1:].isdigit():
+            return _boundary_ratio(base, target, int(head[0][1:]))
+        if head[0] in ("tp", "dp") and len(head) > 1 and head[1][1:].isdigit():
+            s = int(head[1][1:])
+            if s < len(base.stages):
+                return _boundary_ratio(base, target, s) if head[0] == "tp" else _params_ratio(base, target, s)
+    except (ValueError, IndexError):
+        pass
+    return _params_ratio(base, target, None)
+
+
+def _projected_codec_s(
+    sites: Mapping[str, SiteCost], prefix: str, per: float, base: ModelCost, target: ModelCost, hw: Any
+) -> float:
+    """:func:`codec_seconds` on the profile: each site's multiple x the profile's copy of its raw
+    bytes at the target size x its calls a step, per ``per`` micro-batches."""
+    total = 0.0
+    for site, c in sites.items():
+        if site.startswith(prefix) and c.nbytes > 0:
+            total += c.multiple * copy_s(c.nbytes * _site_ratio(site, base, target), hw) * c.calls_per_step
+    return total / per
+
+
+def _projected_stages(
+    own: TimingInputs,
+    sites: Mapping[str, SiteCost],
+    extra: float,
+    base: ModelCost,
+    target: ModelCost,
+    projection: Projection,
+    tp: int,
+    copy: CopyCost,
+) -> list[StageCost]:
+    """Per stage the action costs on the projection's hardware: F and B from the target size's
+    counted FLOPs (split over the tensor-parallel ranks; a zero-bubble W takes half of B's), the
+    codec sites from their multiples on the profile's copy, the optimizer as a copy of
+    OPTIMIZER_COPY_BYTES_PER_PARAM a parameter, an outer loop's local work (``sync_s``) scaled by
+    the profile's copy time over this machine's."""
+    hw = projection.profile()
+    mfu = projection.mfu
+    S, M = len(own.stages), max(1, own.microbatches)
+    out = []
+    for s in range(S):
+        mine, tc = own.stages[s], target.stages[s]
+        kinds = set(mine.actions)
+        back = tc.backward_flops / tp
+        flops = {"F": tc.forward_flops / tp, "B": back / 2 if "W" in kinds else back, "W": back / 2}
+        acts = {}
+        for kind in sorted(kinds):
+            c = project_compute_s(flops.get(kind, 0.0), hw, mfu) * extra
+            pre = post = 0.0
+            if kind == "F":
+                pre = _projected_codec_s(sites, f"b{s - 1}.forward.decompress", M, base, target, hw) if s > 0 else 0.0
+                post = _projected_codec_s(sites, f"b{s}.forward.compress", M, base, target, hw)
+                c += _projected_codec_s(sites, f"tp.s{s}.forward.", M, base, target, hw)
+            elif kind == "B":
+                pre = _projected_codec_s(sites, f"b{s}.backward.decompress", M, base, target, hw)
+                post = _projected_codec_s(sites, f"b{s - 1}.backward.compress", M, base, target, hw) if s > 0 else 0.0
+                c += _projected_codec_s(sites, f"tp.s{s}.backward.", M, base, target, hw)
+                c += _projected_codec_s(sites, f"dp.s{s}.", M, base, target, hw)
+            acts[kind] = ActionCost(pre, c, post)
+        params = tc.params / tp
+        opt = copy_s(params * OPTIMIZER_COPY_BYTES_PER_PARAM, hw) if params else 0.0
+        sync = 0.0
+        if mine.sync_s > 0 and params:  # fp32 parameters: the measured size's on this machine, the target's there
+            sync = mine.sync_s * copy_s(4.0 * params, hw) / max(copy.seconds(4.0 * base.stages[s].params / tp), 1e-12)
+        out.append(StageCost(acts, opt, sync))
+    return out
+
+
+def _scaled_loads(steps: list[Any], base: ModelCost, target: ModelCost) -> list[Any]:
+    """Step loads (JSON form) at the target size: pipeline links and tensor-parallel collectives
+    with the boundary's raw bytes, data-parallel reductions with the stage's parameters (a
+    compressor is taken to keep its measured ratio; messages unchanged)."""
+    if target is base:
+        return steps
+    out = []
+    for load in steps:
+        links = [
+            {
+                **l,
+                "fwd_bytes": l["fwd_bytes"] * _boundary_ratio(base, target, i),
+                "bwd_bytes": l["bwd_bytes"] * _boundary_ratio(base, target, i),
+            }
+            for i, l in enumerate(load.get("links", []))
+        ]
+        dps = load.get("dp", [])
+        dp = [
+            {
+                k: (
+                    v * _params_ratio(base, target, i if len(dps) == len(base.stages) else None)
+                    if k.endswith("_bytes")
+                    else v
+                )
+                for k, v in d.items()
+            }
+            for i, d in enumerate(dps)
+        ]
+        tps = [
+            {
+                k: (v * _boundary_ratio(base, target, min(i, len(base.stages) - 1)) if k.endswith("_bytes") else v)
+                for k, v in t.items()
+            }
+            for i, t in enumerate(load.get("tp", []))
+        ]
+        out.append({**load, "links": links, "dp": dp, "tp": tps})
+    return out
+
+
+def _model_costs(
+    record: Mapping[str, Any], n_stages: int, microbatches: int, model_size: str | None
+) -> tuple[ModelCost, ModelCost]:
+    """(the measured size's FLOP count, the target size's) for the record's setup, or NotProjectable."""
+    task, tier = str(record.get("task") or ""), str(record.get("tier") or "")
+    measured = (record.get("run") or {}).get("model_size") if isinstance(record.get("run"), Mapping) else None
+    measured = measured or (
+        (record.get("config") or {}).get("model_size") if isinstance(record.get("config"), Mapping) else None
+    )
+    try:
+        base = get_model_cost(task, measured, tier, n_stages)
+        target = base if model_size in (None, measured) else get_model_cost(task, model_size, tier, n_stages)
+    except ModelSizeError:
+        size = model_size or measured or "its measured size"
+        raise NotProjectable(
+            f"no FLOP count for {task}/{tier} with {n_stages} stage(s) at {size} (suite/results/model_sizes.json)"
+        ) from None
+    if base.microbatches != microbatches:
+        raise NotProjectable(
+            f"{task}/{tier}: the run used {microbatches} micro-batches, the FLOP count {base.microbatches}"
+        )
+    return base, target
+
+
 def _stage_dict(st: StageCost) -> dict[str, Any]:
     return {
         "actions": {k: {"pre_s": a.pre_s, "compute_s": a.compute_s, "post_s": a.post_s} for k, a in st.actions.items()},
@@ -210,10 +369,17 @@ def _stage_dict(st: StageCost) -> dict[str, Any]:
     }
 
 
-def priced_timing(record: Mapping[str, Any], calibration: Calibration | None) -> tuple[dict[str, Any], Basis] | None:
+def priced_timing(
+    record: Mapping[str, Any], calibration: Calibration | None, projection: Projection | None = None
+) -> tuple[dict[str, Any], Basis] | None:
     """The record's ``timing_inputs`` (JSON form) with compute and codec priced by the time model,
     and where each part came from; None when the record has no usable ``timing_inputs``. Only the
-    stage costs change: schedule, counted bytes and messages, target step stay the record's."""
+    stage costs change: schedule, counted bytes and messages, target step stay the record's.
+
+    With a ``projection`` the costs are the hardware profile's at the projection's model size
+    (:func:`_projected_stages`; the codec multiples are the same ones the measured view uses) and
+    the step loads scale to that size; :class:`NotProjectable` when the setup has no FLOP count or
+    the row no codec multiples."""
     timing = record.get("timing_inputs")
     if not isinstance(timing, Mapping):
         return None
@@ -241,10 +407,18 @@ def priced_timing(record: Mapping[str, Any], calibration: Calibration | None) ->
     else:
         sites, codec_basis = None, "own run"
     copy = calibration.copy if calibration else CopyCost(0.0, math.inf)
-    stages = _priced_stages(own, compute, sites, copy, extra)
     steps, counts = coarsen_steps(
         timing.get("steps") or [], timing.get("counts") or [], int(timing.get("warmup_steps") or 0)
     )
+    if projection is not None:
+        if sites is None:
+            raise NotProjectable("the row has no codec multiples (a run from before the time model)")
+        base, target = _model_costs(record, len(own.stages), own.microbatches, projection.model_size)
+        extra = row.extra_work if row is not None else 1.0
+        stages = _projected_stages(own, sites, extra, base, target, projection, tp, copy)
+        steps = _scaled_loads(steps, base, target)
+    else:
+        stages = _priced_stages(own, compute, sites, copy, extra)
     priced = {
         **timing,
         "stages": [_stage_dict(st) for st in stages],
@@ -252,6 +426,12 @@ def priced_timing(record: Mapping[str, Any], calibration: Calibration | None) ->
         "steps": steps,
         "counts": counts,
     }
+    if projection is not None:
+        basis = Basis(
+            compute="projected", codec=f"projected ({codec_basis} multiples)", extra_work=extra,
+            hardware=projection.hardware, projection=projection.describe(),
+        )  # fmt: skip
+        return priced, basis
     basis = Basis(
         compute="calibrated" if compute is not None else "own run",
         codec=codec_basis,
@@ -261,9 +441,11 @@ def priced_timing(record: Mapping[str, Any], calibration: Calibration | None) ->
     return priced, basis
 
 
-def row_model(record: Mapping[str, Any], calibration: Calibration | None) -> RowModel | None:
+def row_model(
+    record: Mapping[str, Any], calibration: Calibration | None, projection: Projection | None = None
+) -> RowModel | None:
     """The record's timing inputs priced by the time model (:func:`priced_timing`), parsed."""
-    got = priced_timing(record, calibration)
+    got = priced_timing(record, calibration, projection)
     if got is None:
         return None
     return RowModel(TimingInputs.from_dict(got[0]), got[1])
@@ -274,10 +456,11 @@ def model_times(
     profiles: Mapping[str, net.NetworkProfile],
     calibration: Calibration | None,
     target_step: float | None | str = "stored",
+    projection: Projection | None = None,
 ) -> tuple[dict[str, dict[str, float | None]], Basis] | None:
     """Per profile ``step_s``, ``total_s``, ``time_to_target_s``, ``comm_s_per_step`` of a record
     (``target_step``: the step the target was met at; ``"stored"``: the inputs' own), and the basis."""
-    rm = row_model(record, calibration)
+    rm = row_model(record, calibration, projection)
     if rm is None:
         return None
     inputs = rm.inputs if isinstance(target_step, str) else replace(rm.inputs, target_step=target_step)

@@ -1,0 +1,145 @@
+"""leaderboard.projected and ``mpcbench report --hardware``: a committed row projected onto an H100
+at GPT-2 124M, recomputed by hand from the profile, the FLOP count and the calibration."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from suite.bench.cli import main
+from suite.results import network as net
+from suite.results.calibration import compute_key, load_calibration
+from suite.results.hardware import get_hardware
+from suite.results.model_sizes import get_model_cost
+from suite.results.time_model import NotProjectable, Projection, coarsen_steps, priced_timing
+
+ROOT = Path(__file__).resolve().parents[2]
+RECORDS = ROOT / "records" / "mpcbench-baselines" / "quick-cpu-2core-v2.jsonl"
+
+
+def _record(task: str, compressor: str, seed: int) -> dict:
+    for line in RECORDS.read_text().splitlines():
+        r = json.loads(line)
+        if (r["task"], r["compressor"], r["seed"], r["status"]) == (task, compressor, seed, "ok"):
+            return r
+    raise AssertionError(f"no {task}/{compressor}/seed {seed} in {RECORDS.name}")
+
+
+def _by_hand(r: dict, size: str, mfu: float) -> net.TimingInputs:
+    """The row's inputs on the H100 at ``size``, from the datasheet, the counts and the calibration."""
+    hw = get_hardware("h100-sxm")
+    rate = 9.894e14 * mfu  # the datasheet's dense bf16 peak x MFU
+    copy_bw = (67108864 / 2.26e-5 + 33554432 / 1.13e-5) / 2  # the two measured copy floors' mean rate
+    assert hw.require("peak_bf16_flops") == 9.894e14
+    base = get_model_cost(r["task"], None, "quick", 4)
+    big = get_model_cost(r["task"], size, "quick", 4)
+    cal = load_calibration()
+    sites = cal.row(compute_key(r), r["compressor"]).sites
+    M = r["timing_inputs"]["microbatches"]
+
+    def ratio(s: int) -> float:
+        i = s if base.stages[s].boundary_bytes else s - 1
+        return big.stages[i].boundary_bytes / base.stages[i].boundary_bytes
+
+    def codec(prefix: str, s: int) -> float:
+        return sum(
+            c.multiple * c.nbytes * ratio(s) / copy_bw * c.calls_per_step / M
+            for name, c in sites.items()
+            if name.startswith(prefix)
+        )
+
+    stages = []
+    for s in range(4):
+        st = big.stages[s]
+        F = net.ActionCost(
+            codec(f"b{s - 1}.forward.decompress", s - 1) if s else 0.0,
+            st.forward_flops / rate,
+            codec(f"b{s}.forward.compress", s),
+        )
+        B = net.ActionCost(
+            codec(f"b{s}.backward.decompress", s),
+            st.backward_flops / rate,
+            codec(f"b{s - 1}.backward.compress", s - 1) if s else 0.0,
+        )
+        stages.append(net.StageCost({"B": B, "F": F}, st.params * 14 / copy_bw, 0.0))
+    t = r["timing_inputs"]
+    steps, counts = coarsen_steps(t["steps"], t["counts"], t["warmup_steps"])
+    scaled = [
+        {
+            **load,
+            "links": [
+                {**l, "fwd_bytes": l["fwd_bytes"] * ratio(i), "bwd_bytes": l["bwd_bytes"] * ratio(i)}
+                for i, l in enumerate(load["links"])
+            ],
+        }
+        for load in steps
+    ]
+    inputs = net.TimingInputs.from_dict({**t, "stages": [], "mean_stages": [], "steps": scaled, "counts": counts})
+    inputs.stages = stages
+    return inputs
+
+
+@pytest.mark.parametrize("compressor", ["none", "fp16"])
+def test_a_row_on_an_h100_at_gpt2_small_follows_from_the_profile(compressor):
+    r = _record("shakespeare", compressor, 0)
+    got, basis = priced_timing(r, load_calibration(), Projection("h100-sxm", "gpt2-124m"))
+    hand = _by_hand(r, "gpt2-124m", 0.4)
+    mine = net.TimingInputs.from_dict(got)
+    for a, b in zip(mine.stages, hand.stages):
+        assert a.optimizer_s == pytest.approx(b.optimizer_s, rel=1e-9)
+        for kind in ("F", "B"):
+            x, y = a.of(kind), b.of(kind)
+            assert (x.pre_s, x.compute_s, x.post_s) == pytest.approx((y.pre_s, y.compute_s, y.post_s), rel=1e-9)
+    link = net.PROFILES["10Gbps"]
+    step = net.model_run(mine, {"l": link})["l"]["step_s"]
+    assert step == pytest.approx(net.model_run(hand, {"l": link})["l"]["step_s"], rel=1e-9)
+    assert basis.compute == "projected" and "MFU 0.40" in basis.projection
+    # half the utilization: every compute part doubles, nothing else moves
+    half, _ = priced_timing(r, load_calibration(), Projection("h100-sxm", "gpt2-124m", mfu=0.2))
+    for a, b in zip(net.TimingInputs.from_dict(half).stages, mine.stages):
+        assert a.of("F").compute_s == pytest.approx(2 * b.of("F").compute_s, rel=1e-9)
+        assert a.of("F").post_s == pytest.approx(b.of("F").post_s, rel=1e-12)
+
+
+def test_report_hardware_prints_the_hand_computed_step_and_bandwidth():
+    r = _record("shakespeare", "fp16", 0)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        rc = main(
+            ["report", "--records", str(ROOT / "records"), "--task", "shakespeare", "--tier", "quick",
+             "--hardware", "h100-sxm", "--model-size", "gpt2-124m", "--network", "10Gbps", "--format", "csv"]
+        )  # fmt: skip
+    assert rc == 0
+    rows = [
+        x
+        for x in csv.DictReader(io.StringIO(out.getvalue()))
+        if x["compressor"] == "fp16" and x["setup"] == "4 stages, 1f1b, M=4, cpu"
+    ]
+    assert len(rows) == 1 and rows[0]["seeds"] == "1", rows
+    hand = _by_hand(r, "gpt2-124m", 0.4)
+    modeled = net.model_run(hand, {"l": net.PROFILES["10Gbps"]})["l"]
+    assert float(rows[0]["step_s"]) == pytest.approx(modeled["total_s"] / hand.n_steps, rel=1e-9)
+    from suite.results.network.utilization import bandwidths_for_utilization
+
+    bw = bandwidths_for_utilization(hand.to_dict())["inter"]
+    assert float(rows[0]["link_50"]) == pytest.approx(bw[min(bw)], rel=1e-6)
+
+
+def test_a_row_without_a_flop_count_says_so_and_bad_options_are_one_line(capsys):
+    r = _record("cifar10", "fp16", 0)
+    with pytest.raises(NotProjectable, match="no FLOP count for cifar10/quick with 4 stage"):
+        priced_timing(r, load_calibration(), Projection("h100-sxm", "gpt2-124m"))
+    for argv, msg in (
+        (["--hardware", "h200"], "unknown hardware profile 'h200'; valid: h100-sxm"),
+        (["--model-size", "gpt2-124m"], "add --hardware NAME"),
+        (["--hardware", "h100-sxm", "--model-size", "gpt-70b"], "unknown model size 'gpt-70b'; valid:"),
+        (["--hardware", "h100-sxm", "--mfu", "1.5"], "--mfu must be a fraction"),
+    ):
+        rc = main(["report", "--records", str(ROOT / "records"), "--task", "cifar10", *argv])
+        err = capsys.readouterr().err.strip()
+        assert rc != 0 and msg in err and len(err.splitlines()) == 1, err
