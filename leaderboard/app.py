@@ -39,6 +39,7 @@ from leaderboard.labels import Scale, place_labels
 from leaderboard.networks import Link, format_bandwidth, remodel
 from leaderboard.page_notes import baseline_notice, entry_notice, entry_tier, notice_text
 from leaderboard.views_bandwidth import bandwidth_section
+from leaderboard.views_projected import projected_section, projection_controls
 from suite.results import DEFAULT_STORE
 from suite.results.network import PROFILES
 from suite.results.task_catalog import describe as describe_task
@@ -983,6 +984,7 @@ def main(argv: list[str] | None = None) -> None:
         _no_results(stores, records_dirs, index.problems)
         return
     f = _sidebar(frame, shown, stores, records_dirs, include_local=include_local, local_choice=local_choice)
+    projection = projection_controls(st.sidebar, f.task)  # beside the network: measured unless a profile is picked
 
     rule = ranking.RULES[f.rule]
     if rule.needs_network and f.network is None:
@@ -1014,6 +1016,9 @@ def main(argv: list[str] | None = None) -> None:
     _curves_section(detailed, sel, metric)
     _detail_section(version, f, rows, labels, own)
     bandwidth_section(rows, version, f.task, f.tier, lambda r: _details(r, version))  # what link each entry needs
+    projected_section(
+        rows, version, projection, _link_for_plot(f.network, f.link), lambda r, p: load_details(r, projection=p)
+    )
     _score_section(frame, version, f.tier)
     _reproductions_section(frame, version)
     with st.expander("All aggregated columns"):

@@ -56,6 +56,7 @@ def test_ranking_table_and_sections_render(app):
         "Training curves",
         "Entry details",
         "What link do I need",
+        "On other hardware (projected)",
         "Benchmark score",
         "Reproductions",
     ]
@@ -403,3 +404,16 @@ def test_time_to_quality_draws_seeds_the_baseline_and_the_tables_times(app):
             continue  # two entries with this compressor: matched by label in the app
         expected = f"{r.time_s:.1f} s" if r.sd != r.sd else f"{r.time_s:.1f} ± {r.sd:.1f} s"
         assert shown.startswith(expected), (shown, r.time_s, r.sd)
+
+
+def test_hardware_selector_projects_the_rows_and_says_so(app):
+    """Measured by default; picking an H100 shows the projected table, labelled, with its assumptions."""
+    assert app.selectbox(key="hardware").value == "this machine (measured)"
+    assert app.selectbox(key="model_size").disabled
+    at = app.selectbox(key="hardware").set_value("h100-sxm").run()
+    assert not at.exception, [e.value for e in at.exception]
+    captions = [c.value for c in at.caption if "PROJECTED onto h100-sxm" in c.value]
+    assert captions and "quality and steps to target are measured" in captions[0]
+    assert any("peak 989 TFLOP/s" in t.value for t in at.text)  # the assumptions, one click away
+    projected = [d.value for d in at.dataframe if "step (projected)" in d.value.columns]
+    assert projected and len(projected[0]) > 0
