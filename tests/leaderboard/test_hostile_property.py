@@ -118,7 +118,7 @@ def _render_everything(records, tmp: Path) -> None:
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
 @given(data=st.data())
 def test_hostile_entries_never_hide_or_break_good_ones(lb, capsys, data):

@@ -96,7 +96,8 @@ def test_missing_tools_are_one_line(monkeypatch):
 @pytest.mark.netns
 @pytest.mark.distributed
 @needs_netns
-@pytest.mark.parametrize("spec", ["none", "topk(ratio=0.1)"])
+# the compressed boundary by default (it counts a payload's bytes, the harder case); none with -m slow
+@pytest.mark.parametrize("spec", [pytest.param("none", marks=pytest.mark.slow), "topk(ratio=0.1)"])
 def test_over_100mbit_losses_equal_single_process_and_kernel_counts_the_wire_bytes(spec):
     single = run(cell("wide", spec, (WIDE,)))
     over = run(cell("wide", spec, (WIDE,), mode="torchrun", link="100Mbps"))
@@ -146,7 +147,7 @@ def test_four_nodes_over_1gbit_equal_single_process(tiny_task):
 @pytest.mark.distributed
 @pytest.mark.data
 @needs_netns
-@pytest.mark.parametrize("spec", ["none", "topk(ratio=0.01)"])
+@pytest.mark.parametrize("spec", [pytest.param("none", marks=pytest.mark.slow), "topk(ratio=0.01)"])
 def test_shakespeare_over_100mbit_trains_like_single_process(spec):
     from tasks.api import default_data_dir
 
