@@ -101,9 +101,7 @@ def check_compute(rounds: int, steps: int, work: Path) -> dict:
         flops = flop_counts(size, stages)
         pred = sum(f["F"] / rate["F"] + f["B"] / rate["B"] for f in flops)
         meas = sum(m["F"] + m["B"] for m in med[name])
-        per_stage = [
-            (f["F"] / rate["F"] + f["B"] / rate["B"]) / (m["F"] + m["B"]) for f, m in zip(flops, med[name])
-        ]
+        per_stage = [(f["F"] / rate["F"] + f["B"] / rate["B"]) / (m["F"] + m["B"]) for f, m in zip(flops, med[name])]
         rows.append(
             {
                 "setup": name,

@@ -17,7 +17,6 @@ What is projected is time only: the quality and the steps to a target stay the m
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 
 from .hardware import HardwareError, HardwareProfile, get_hardware
@@ -67,12 +66,20 @@ class Projection:
 
     def effective_mfu(self) -> float:
         hw = self.profile()
-        return hw.default_mfu if self.mfu is None else float(self.mfu)
+        return hw.default_mfu if self.mfu is None or hw.measured else float(self.mfu)
 
     def describe(self) -> str:
         """One line: the profile, the size and every assumption the projected time rests on."""
         hw = self.profile()
         size = self.model_size or "the measured size"
+        if hw.measured:  # this machine: its own calibration, grown with the counted FLOPs
+            return (
+                f"projected on {hw.label} ({hw.name}) at {size}: compute = the setup's calibrated compute x the "
+                "counted FLOPs at that size / at the measured size (the rate the setup achieved here is taken to "
+                "hold); codec = the row's measured multiple x this machine's calibrated copy of the grown bytes; "
+                f"optimizer = a copy of {OPTIMIZER_COPY_BYTES_PER_PARAM} bytes a parameter; wire bytes scaled with "
+                "the boundary or the parameters; quality and steps to target as measured"
+            )
         return (
             f"projected onto {hw.label} ({hw.name}) at {size}: compute = counted FLOPs / (peak "
             f"{hw.require('peak_bf16_flops') / 1e12:.0f} TFLOP/s x MFU {self.effective_mfu():.2f}), no kernel-launch "

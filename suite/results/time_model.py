@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from . import network as net
 from .calibration import Calibration, CopyCost, RowCalibration, SiteCost, compute_key
@@ -240,14 +240,19 @@ def _site_ratio(site: str, base: ModelCost, target: ModelCost) -> float:
 
 
 def _projected_codec_s(
-    sites: Mapping[str, SiteCost], prefix: str, per: float, base: ModelCost, target: ModelCost, hw: Any
+    sites: Mapping[str, SiteCost],
+    prefix: str,
+    per: float,
+    base: ModelCost,
+    target: ModelCost,
+    copy_of: Callable[[float], float],
 ) -> float:
-    """:func:`codec_seconds` on the profile: each site's multiple x the profile's copy of its raw
-    bytes at the target size x its calls a step, per ``per`` micro-batches."""
+    """:func:`codec_seconds` on the profile: each site's multiple x ``copy_of`` (the profile's copy
+    time) of its raw bytes at the target size x its calls a step, per ``per`` micro-batches."""
     total = 0.0
     for site, c in sites.items():
         if site.startswith(prefix) and c.nbytes > 0:
-            total += c.multiple * copy_s(c.nbytes * _site_ratio(site, base, target), hw) * c.calls_per_step
+            total += c.multiple * copy_of(c.nbytes * _site_ratio(site, base, target)) * c.calls_per_step
     return total / per
 
 
@@ -260,40 +265,60 @@ def _projected_stages(
     projection: Projection,
     tp: int,
     copy: CopyCost,
+    compute: tuple[StageCost, ...] | None = None,
 ) -> list[StageCost]:
-    """Per stage the action costs on the projection's hardware: F and B from the target size's
-    counted FLOPs (split over the tensor-parallel ranks; a zero-bubble W takes half of B's), the
-    codec sites from their multiples on the profile's copy, the optimizer as a copy of
-    OPTIMIZER_COPY_BYTES_PER_PARAM a parameter, an outer loop's local work (``sync_s``) scaled by
-    the profile's copy time over this machine's."""
+    """Per stage the action costs on the projection's hardware.
+
+    A datasheet profile: F and B from the target size's counted FLOPs at peak x MFU (split over the
+    tensor-parallel ranks; a zero-bubble W takes half of B's), the codec sites from their multiples
+    on the profile's copy, the optimizer as a copy of OPTIMIZER_COPY_BYTES_PER_PARAM a parameter.
+    This machine (a calibrated profile): the setup's calibrated compute (``compute``) grown by the
+    counted FLOPs' ratio per stage and action, the codec on the calibrated copy, the calibrated
+    optimizer step grown with the parameters. An outer loop's local work (``sync_s``) scales with
+    the copy time of the target's parameters over the measured size's here."""
     hw = projection.profile()
-    mfu = projection.mfu
     S, M = len(own.stages), max(1, own.microbatches)
+    if hw.measured and compute is None:
+        raise NotProjectable("a projection on this machine needs the setup's calibrated compute; it has none")
+
+    def copy_of(nbytes: float) -> float:
+        return copy.seconds(nbytes) if hw.measured else copy_s(nbytes, hw)
+
+    def codec(prefix: str) -> float:
+        return _projected_codec_s(sites, prefix, M, base, target, copy_of)
+
     out = []
     for s in range(S):
-        mine, tc = own.stages[s], target.stages[s]
+        mine, tc, bc = own.stages[s], target.stages[s], base.stages[s]
         kinds = set(mine.actions)
         back = tc.backward_flops / tp
         flops = {"F": tc.forward_flops / tp, "B": back / 2 if "W" in kinds else back, "W": back / 2}
+        grow_b = tc.backward_flops / bc.backward_flops if bc.backward_flops else 1.0
+        grow = {"F": tc.forward_flops / bc.forward_flops if bc.forward_flops else 1.0, "B": grow_b, "W": grow_b}
         acts = {}
         for kind in sorted(kinds):
-            c = project_compute_s(flops.get(kind, 0.0), hw, mfu) * extra
+            if compute is not None and hw.measured:
+                c = compute[s].of(kind).compute_s * grow.get(kind, 1.0) * extra
+            else:
+                c = project_compute_s(flops.get(kind, 0.0), hw, projection.mfu) * extra
             pre = post = 0.0
             if kind == "F":
-                pre = _projected_codec_s(sites, f"b{s - 1}.forward.decompress", M, base, target, hw) if s > 0 else 0.0
-                post = _projected_codec_s(sites, f"b{s}.forward.compress", M, base, target, hw)
-                c += _projected_codec_s(sites, f"tp.s{s}.forward.", M, base, target, hw)
+                pre = codec(f"b{s - 1}.forward.decompress") if s > 0 else 0.0
+                post = codec(f"b{s}.forward.compress")
+                c += codec(f"tp.s{s}.forward.")
             elif kind == "B":
-                pre = _projected_codec_s(sites, f"b{s}.backward.decompress", M, base, target, hw)
-                post = _projected_codec_s(sites, f"b{s - 1}.backward.compress", M, base, target, hw) if s > 0 else 0.0
-                c += _projected_codec_s(sites, f"tp.s{s}.backward.", M, base, target, hw)
-                c += _projected_codec_s(sites, f"dp.s{s}.", M, base, target, hw)
+                pre = codec(f"b{s}.backward.decompress")
+                post = codec(f"b{s - 1}.backward.compress") if s > 0 else 0.0
+                c += codec(f"tp.s{s}.backward.") + codec(f"dp.s{s}.")
             acts[kind] = ActionCost(pre, c, post)
         params = tc.params / tp
-        opt = copy_s(params * OPTIMIZER_COPY_BYTES_PER_PARAM, hw) if params else 0.0
+        if compute is not None and hw.measured:
+            opt = compute[s].optimizer_s * (tc.params / bc.params if bc.params else 1.0)
+        else:
+            opt = copy_s(params * OPTIMIZER_COPY_BYTES_PER_PARAM, hw) if params else 0.0
         sync = 0.0
-        if mine.sync_s > 0 and params:  # fp32 parameters: the measured size's on this machine, the target's there
-            sync = mine.sync_s * copy_s(4.0 * params, hw) / max(copy.seconds(4.0 * base.stages[s].params / tp), 1e-12)
+        if mine.sync_s > 0 and params:  # fp32 parameters: the measured size's here, the target's there
+            sync = mine.sync_s * copy_of(4.0 * params) / max(copy.seconds(4.0 * bc.params / tp), 1e-12)
         out.append(StageCost(acts, opt, sync))
     return out
 
@@ -415,7 +440,7 @@ def priced_timing(
             raise NotProjectable("the row has no codec multiples (a run from before the time model)")
         base, target = _model_costs(record, len(own.stages), own.microbatches, projection.model_size)
         extra = row.extra_work if row is not None else 1.0
-        stages = _projected_stages(own, sites, extra, base, target, projection, tp, copy)
+        stages = _projected_stages(own, sites, extra, base, target, projection, tp, copy, compute)
         steps = _scaled_loads(steps, base, target)
     else:
         stages = _priced_stages(own, compute, sites, copy, extra)

@@ -143,3 +143,24 @@ def test_a_row_without_a_flop_count_says_so_and_bad_options_are_one_line(capsys)
         rc = main(["report", "--records", str(ROOT / "records"), "--task", "cifar10", *argv])
         err = capsys.readouterr().err.strip()
         assert rc != 0 and msg in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("compressor", ["none", "fp16", "topk", "fwd=ae,bwd=none"])
+def test_this_machine_at_the_measured_size_is_the_measured_board(compressor):
+    """The calibrated profile at the size a row was measured at prices it as the board does: the
+    projection is the time model's own pricing with the sizes grown, not a second model."""
+    r = _record("shakespeare", compressor, 0)
+    cal = load_calibration()
+    measured = net.TimingInputs.from_dict(priced_timing(r, cal)[0])
+    same = net.TimingInputs.from_dict(priced_timing(r, cal, Projection("this-machine"))[0])
+    for a, b in zip(same.stages, measured.stages):
+        assert a.optimizer_s == pytest.approx(b.optimizer_s, rel=1e-9)
+        for kind in ("F", "B"):
+            x, y = a.of(kind), b.of(kind)
+            assert (x.pre_s, x.compute_s, x.post_s) == pytest.approx((y.pre_s, y.compute_s, y.post_s), rel=1e-9)
+    bigger = net.TimingInputs.from_dict(priced_timing(r, cal, Projection("this-machine", "d256"))[0])
+    grow = (
+        get_model_cost("shakespeare", "d256").stages[1].forward_flops
+        / get_model_cost("shakespeare").stages[1].forward_flops
+    )
+    assert bigger.stages[1].of("F").compute_s > measured.stages[1].of("F").compute_s * grow * 0.99
