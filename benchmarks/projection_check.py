@@ -102,9 +102,19 @@ def check_compute(rounds: int, steps: int, work: Path) -> dict:
         pred = sum(f["F"] / rate["F"] + f["B"] / rate["B"] for f in flops)
         meas = sum(m["F"] + m["B"] for m in med[name])
         per_stage = [(f["F"] / rate["F"] + f["B"] / rate["B"]) / (m["F"] + m["B"]) for f, m in zip(flops, med[name])]
+        grown = None
+        if stages == 4:  # the time model's own rule on this machine: each stage's compute x its FLOPs' ratio
+            grown = sum(
+                m0["F"] * f["F"] / f0["F"] + m0["B"] * f["B"] / f0["B"]
+                for m0, f, f0 in zip(med[ref_name], flops, ref_flops)
+            )
         rows.append(
             {
                 "setup": name,
+                "grown_per_stage_s": grown,
+                "grown_ratio": None if grown is None else grown / meas,
+                "grown_pass": None if grown is None else abs(grown / meas - 1) <= 0.10,
+                "measured_per_stage": med[name],
                 "predicted_s": pred,
                 "measured_s": meas,
                 "ratio": pred / meas,
@@ -112,7 +122,14 @@ def check_compute(rounds: int, steps: int, work: Path) -> dict:
                 "pass": abs(pred / meas - 1) <= 0.10,
             }
         )
-    return {"rate_flops_per_s": rate, "reference": ref_name, "rows": rows, "rounds": rounds, "steps": steps}
+    return {
+        "rate_flops_per_s": rate,
+        "reference": ref_name,
+        "reference_per_stage": med[ref_name],
+        "rows": rows,
+        "rounds": rounds,
+        "steps": steps,
+    }
 
 
 def check_codec(reps: int) -> dict:
@@ -189,7 +206,8 @@ def main() -> int:
               f"predicted/measured {r['ratio']:.3f} {'PASS' if r['pass'] else 'FAIL'}")  # fmt: skip
     for r in out.get("compute", {}).get("rows", []):
         print(f"compute {r['setup']}: predicted {r['predicted_s'] * 1e3:.2f} ms / measured {r['measured_s'] * 1e3:.2f} ms"
-              f" = {r['ratio']:.3f} {'PASS' if r['pass'] else 'FAIL'} (per stage {', '.join(f'{x:.2f}' for x in r['per_stage_ratio'])})")  # fmt: skip
+              f" = {r['ratio']:.3f} {'PASS' if r['pass'] else 'FAIL'} (per stage {', '.join(f'{x:.2f}' for x in r['per_stage_ratio'])})"
+              + ("" if r["grown_ratio"] is None else f"; per-stage growth (the model's rule) {r['grown_ratio']:.3f} {'PASS' if r['grown_pass'] else 'FAIL'}"))  # fmt: skip
     print(f"load {out['load_start']:.2f} -> {out['load_end']:.2f}; {out['wall_s']:.0f} s; {a.out}")
     return 0
 
