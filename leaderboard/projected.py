@@ -78,7 +78,11 @@ def projected_table(rows: pd.DataFrame, link: Link) -> pd.DataFrame:
         notes = sorted({n for n in g.get("projection_note", pd.Series("", index=g.index)) if n})
         row["note"] = "; ".join(notes)
         out.append(row)
-    return pd.DataFrame(out)
+    # a ranking: per setup, the rows that reached the target by projected time, then the rest by step time
+    table = pd.DataFrame(out)
+    table["_never"] = table["time_to_target_s"].isna()
+    table = table.sort_values(["task", "tier", "setup", "_never", "time_to_target_s", "step_s", "name"])
+    return table.drop(columns="_never").reset_index(drop=True)
 
 
 def _seconds(v: float) -> str:

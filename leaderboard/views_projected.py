@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import altair as alt
 import pandas as pd
 import streamlit as st
 
@@ -100,6 +101,19 @@ def projected_section(
         st.text(projection.describe())
     st.dataframe(display(table, link.name), hide_index=True, width="stretch")
     sub = detailed[detailed["timing_inputs"].astype(bool)]
-    if len(sub):
-        for line in crossover_text(crossovers(time_to_target_by_bandwidth(sub, link.latency_s)), link.latency_s):
-            st.text(line)
+    if sub.empty:
+        return
+    curves = time_to_target_by_bandwidth(sub, link.latency_s)
+    drawn = curves.dropna(subset=["time_s"])
+    if len(drawn):
+        x = alt.X("bandwidth_bps:Q", scale=alt.Scale(type="log"), title="bandwidth between stages (bit/s, log)")
+        y = alt.Y("time_s:Q", scale=alt.Scale(type="log"), title="projected time-to-target (s, log)")
+        chart = (
+            alt.Chart(drawn)
+            .mark_line(point=True)
+            .encode(x=x, y=y, color=alt.Color("name:N", title="compressor"), tooltip=["name:N", "time_s:Q"])
+            .properties(title=f"PROJECTED onto {projection.hardware}", height=320)
+        )
+        st.altair_chart(chart, width="stretch")
+    for line in crossover_text(crossovers(curves), link.latency_s):
+        st.text(line)
