@@ -76,7 +76,8 @@ class Projection:
             return (
                 f"projected on {hw.label} ({hw.name}) at {size}: compute = the setup's calibrated compute x the "
                 "counted FLOPs at that size / at the measured size (the rate the setup achieved here is taken to "
-                "hold); codec = the row's measured multiple x this machine's calibrated copy of the grown bytes; "
+                "hold); codec = none's measured seconds a call (the benchmark's checks, fixed) + the row's multiple "
+                "beyond none's x this machine's calibrated copy of the grown bytes; "
                 f"optimizer = a copy of {OPTIMIZER_COPY_BYTES_PER_PARAM} bytes a parameter; wire bytes scaled with "
                 "the boundary or the parameters; quality and steps to target as measured. Checked here: right "
                 "within 7 % across stage splits, 37 % high for twice the width; codec multiples carried from a "
@@ -87,7 +88,9 @@ class Projection:
             f"{hw.require('peak_bf16_flops') / 1e12:.0f} TFLOP/s x MFU {self.effective_mfu():.2f}), no kernel-launch "
             f"floor; codec = the row's measured multiple of a copy x the profile's copy time "
             f"({copy_bandwidth(hw)[1]}); optimizer = a copy of {OPTIMIZER_COPY_BYTES_PER_PARAM} bytes a parameter; "
-            "wire bytes scaled with the boundary (pipeline, tensor parallel) or the parameters (data parallel); "
+            "codec beyond none's (none's multiple is the benchmark's own checks); "
+            "wire bytes scaled with the boundary (pipeline, tensor parallel) or the parameters (data parallel), "
+            "in the measured run's dtype (fp32: a bf16 run sends half, as the fp16/bf16 rows do); "
             "quality and steps to target as measured. The codec multiples are this CPU's at the measured size "
             "(on this CPU they overstate 4-16 MiB tensors 1.5-4.7x: docs/performance.md)"
         )

@@ -246,13 +246,32 @@ def _projected_codec_s(
     base: ModelCost,
     target: ModelCost,
     copy_of: Callable[[float], float],
+    harness: Mapping[str, tuple[float, Callable[[float], float] | None]] | None = None,
 ) -> float:
-    """:func:`codec_seconds` on the profile: each site's multiple x ``copy_of`` (the profile's copy
-    time) of its raw bytes at the target size x its calls a step, per ``per`` micro-batches."""
+    """:func:`codec_seconds` on the profile, per ``per`` micro-batches: each site's calls a step x
+    (its fixed part + its own multiple x ``copy_of`` (the profile's copy time) of its raw bytes at
+    the target size).
+
+    ``harness``: per site, (``none``'s multiple, this machine's copy time where its seconds stay a fixed
+    cost per call, None on an accelerator): the benchmark's own checks of every payload and decoded
+    tensor, in every row's codec section.
+    They are not the compressor's work: its own multiple is what it costs beyond ``none`` there, and
+    ``none``'s seconds stay a fixed cost per call where given (this machine) instead of growing with
+    the bytes (docs/performance.md: per-call costs do not scale with a tensor's size)."""
     total = 0.0
     for site, c in sites.items():
-        if site.startswith(prefix) and c.nbytes > 0:
-            total += c.multiple * copy_of(c.nbytes * _site_ratio(site, base, target)) * c.calls_per_step
+        if not site.startswith(prefix) or c.nbytes <= 0:
+            continue
+        grown = copy_of(c.nbytes * _site_ratio(site, base, target))
+        if harness is not None and site in harness:
+            m0, here = harness[site]
+            fixed = m0 * here(c.nbytes) if here is not None else 0.0  # at the row's own measured bytes
+            # this machine: none's seconds fixed, the rest grows (at the measured size: m x copy, exactly);
+            # an accelerator: only what the compressor costs beyond none
+            call = fixed + (c.multiple - m0) * grown if fixed > 0 else max(0.0, c.multiple - m0) * grown
+            total += max(0.0, call) * c.calls_per_step
+        else:
+            total += c.multiple * grown * c.calls_per_step
     return total / per
 
 
@@ -266,6 +285,7 @@ def _projected_stages(
     tp: int,
     copy: CopyCost,
     compute: tuple[StageCost, ...] | None = None,
+    none_sites: Mapping[str, SiteCost] | None = None,
 ) -> list[StageCost]:
     """Per stage the action costs on the projection's hardware.
 
@@ -284,8 +304,12 @@ def _projected_stages(
     def copy_of(nbytes: float) -> float:
         return copy.seconds(nbytes) if hw.measured else copy_s(nbytes, hw)
 
+    # none's multiple at each site: the harness's share of every row's codec (kept as a fixed cost
+    # per call on this machine, where it ran; left out on an accelerator, which runs the compressor)
+    harness = {site: (c.multiple, copy.seconds if hw.measured else None) for site, c in (none_sites or {}).items()}
+
     def codec(prefix: str) -> float:
-        return _projected_codec_s(sites, prefix, M, base, target, copy_of)
+        return _projected_codec_s(sites, prefix, M, base, target, copy_of, harness)
 
     out = []
     for s in range(S):
@@ -440,7 +464,9 @@ def priced_timing(
             raise NotProjectable("the row has no codec multiples (a run from before the time model)")
         base, target = _model_costs(record, len(own.stages), own.microbatches, projection.model_size)
         extra = row.extra_work if row is not None else 1.0
-        stages = _projected_stages(own, sites, extra, base, target, projection, tp, copy, compute)
+        none_row = calibration.row(key, "none") if calibration else None
+        none_sites = dict(none_row.sites) if none_row is not None else None
+        stages = _projected_stages(own, sites, extra, base, target, projection, tp, copy, compute, none_sites)
         steps = _scaled_loads(steps, base, target)
     else:
         stages = _priced_stages(own, compute, sites, copy, extra)
