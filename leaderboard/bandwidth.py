@@ -17,7 +17,7 @@ from typing import Any, Mapping, TextIO
 
 import pandas as pd
 
-from leaderboard.safe_text import markdown_cell, plain
+from leaderboard.safe_text import markdown_cell, plain, table_text
 from suite.results.network.utilization import UTILIZATION_TARGETS, bandwidths_for_utilization
 
 __all__ = ["PERCENTS", "record_bandwidths", "bandwidth_table", "format_bps", "write_bandwidth", "EXPLANATION"]
@@ -140,11 +140,4 @@ def write_bandwidth(rows: pd.DataFrame, fmt: str, out: TextIO) -> None:
     for (task, tier), g in shown.groupby(["task", "tier"], sort=True):
         inert = markdown_cell if fmt == "markdown" else plain
         out.write("\n" + inert(f"== {task} / {tier} ==") + "\n")
-        g = g.drop(columns=["task", "tier"])
-        if fmt == "markdown":
-            cols = list(g.columns)
-            out.write("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
-            for r in g.itertuples(index=False):
-                out.write("| " + " | ".join(markdown_cell(str(v)) for v in r) + " |\n")
-        else:
-            out.write(g.map(lambda v: plain(str(v))).to_string(index=False) + "\n")
+        out.write(table_text(g.drop(columns=["task", "tier"]), fmt) + "\n")

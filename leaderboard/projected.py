@@ -23,7 +23,7 @@ from leaderboard.bandwidth import PERCENTS, format_bps, record_bandwidths
 from leaderboard.crossover import crossover_text, crossovers, time_to_target_by_bandwidth
 from leaderboard.names import display_name
 from leaderboard.networks import Link, remodel
-from leaderboard.safe_text import markdown_cell, plain
+from leaderboard.safe_text import markdown_cell, plain, table_text
 from suite.results.projection import Projection
 
 __all__ = ["projected_table", "display", "write_projection", "KEYS"]
@@ -141,14 +141,7 @@ def write_projection(rows: pd.DataFrame, projection: Projection, link: Link, fmt
         if g["note"].astype(bool).all():  # nothing in this setup can be projected: one line, not a table
             out.write(inert(f"not projected: {'; '.join(sorted(set(g['note'])))}") + "\n")
             continue
-        shown = display(g.reset_index(drop=True), link.name)
-        if fmt == "markdown":
-            cols = list(shown.columns)
-            out.write("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
-            for r in shown.itertuples(index=False):
-                out.write("| " + " | ".join(markdown_cell(str(v)) for v in r) + " |\n")
-        else:
-            out.write(shown.map(lambda v: plain(str(v))).to_string(index=False) + "\n")
+        out.write(table_text(display(g.reset_index(drop=True), link.name), fmt) + "\n")
         sub = rows[(rows["task"] == task) & (rows["tier"] == tier) & (rows["setup"] == setup)]
         sub = sub[sub["timing_inputs"].astype(bool)]
         if len(sub):

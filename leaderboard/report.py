@@ -25,7 +25,7 @@ from leaderboard.crossover import crossover_text, crossovers, time_to_target_by_
 from leaderboard.frame import view_target
 from leaderboard.networks import network_profiles
 from leaderboard.rules import DEFAULT_RULE, RULES
-from leaderboard.safe_text import markdown_cell, plain
+from leaderboard.safe_text import markdown_cell, plain, table_text
 from leaderboard.statistics import MEASURED_SPREAD, aggregate, minimal_detectable_difference
 from leaderboard.views import display_table, setup_title, setups_by_size
 from suite.results.task_catalog import describe as describe_task
@@ -69,11 +69,7 @@ def default_network(frame: pd.DataFrame) -> str | None:
 
 def markdown(df: pd.DataFrame) -> str:
     """A markdown table whose cells are inert text (record text may hold markup, HTML or newlines)."""
-    cols = [markdown_cell(c) for c in df.columns]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for row in df.astype(str).itertuples(index=False):
-        lines.append("| " + " | ".join(markdown_cell(v) for v in row) + " |")
-    return "\n".join(lines)
+    return table_text(df, "markdown")
 
 
 def _width(table: pd.DataFrame) -> int:

@@ -20,8 +20,9 @@ bidirectional formatting characters removed.
 from __future__ import annotations
 
 import re
+from typing import Any
 
-__all__ = ["plain", "markdown_cell", "skeleton"]
+__all__ = ["plain", "markdown_cell", "skeleton", "table_text"]
 
 _SPACE = re.compile(r"[\t\n\r\v\f\u0085\u2028\u2029]+")
 # C0 and C1 controls, DEL, zero-width and bidirectional formatting characters
@@ -94,3 +95,16 @@ def skeleton(text: str) -> str:
     s = "".join(ch for ch in unicodedata.normalize("NFD", s) if not unicodedata.combining(ch))
     s = unicodedata.normalize("NFD", s.translate(_TABLE).translate(_TABLE)).replace("rn", "m").replace("vv", "w")
     return "".join(ch for ch in s if ch.isalpha() and ch.isascii())
+
+
+def table_text(table: Any, fmt: str) -> str:
+    """A pandas table as inert text: a markdown table of :func:`markdown_cell` cells for ``fmt``
+    ``"markdown"``, else its fixed-width ``to_string`` with every cell through :func:`plain`."""
+    if fmt == "markdown":
+        cols = [markdown_cell(c) for c in table.columns]
+        lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+        lines += [
+            "| " + " | ".join(markdown_cell(v) for v in row) + " |" for row in table.astype(str).itertuples(index=False)
+        ]
+        return "\n".join(lines)
+    return str(table.map(lambda v: plain(str(v))).to_string(index=False))
