@@ -9,11 +9,13 @@ figure is labelled "projected" and the assumptions are one click away (an expand
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import altair as alt
 import pandas as pd
 import streamlit as st
+
+if TYPE_CHECKING:
+    pass
 
 from leaderboard.crossover import crossover_text, crossovers, time_to_target_by_bandwidth
 from leaderboard.networks import Link
@@ -79,6 +81,8 @@ def projected_section(
     load_projected: Callable[[pd.DataFrame, Projection], pd.DataFrame],
 ) -> None:
     """``rows``: the setup on screen; ``load_projected`` reads their records with projected timing inputs."""
+    import altair as alt  # lazily: the ranking is on screen before the charts need it
+
     st.subheader("On other hardware (projected)")
     if projection is None:
         st.caption(
