@@ -24,6 +24,7 @@ from leaderboard.crossover import crossover_text, crossovers, time_to_target_by_
 from leaderboard.names import display_name
 from leaderboard.networks import Link, remodel
 from leaderboard.safe_text import markdown_cell, plain, table_text
+from leaderboard.statistics import tier_seeds
 from suite.results.projection import Projection
 
 __all__ = ["projected_table", "display", "write_projection", "KEYS"]
@@ -78,11 +79,15 @@ def projected_table(rows: pd.DataFrame, link: Link) -> pd.DataFrame:
         notes = sorted({n for n in g.get("projection_note", pd.Series("", index=g.index)) if n})
         row["note"] = "; ".join(notes)
         out.append(row)
-    # a ranking: per setup, the rows that reached the target by projected time, then the rest by step time
+    # a ranking, as the board's rules rank: per setup, rows at the tier's designed seeds first, then
+    # those with fewer; within each, rows whose every seed reached the target by projected time, then
+    # those where some did, then the rest
     table = pd.DataFrame(out)
+    table["_short"] = [n < tier_seeds(str(t)) for n, t in zip(table["seeds"], table["tier"])]
     table["_never"] = table["time_to_target_s"].isna()
-    table = table.sort_values(["task", "tier", "setup", "_never", "time_to_target_s", "step_s", "name"])
-    return table.drop(columns="_never").reset_index(drop=True)
+    table["_partial"] = [int(r.split("/")[0]) < n for r, n in zip(table["reached"], table["seeds"])]
+    order = ["task", "tier", "setup", "_short", "_never", "_partial", "time_to_target_s", "step_s", "name"]
+    return table.sort_values(order).drop(columns=["_short", "_never", "_partial"]).reset_index(drop=True)
 
 
 def _seconds(v: float) -> str:
