@@ -20,7 +20,7 @@ fi
 
 failed=0
 echo "== python -m pytest (data: ${MPCBENCH_DATA_DIR:-default})"
-"$PY" -m pytest "$@"
+"$PY" -m pytest --durations=25 "$@"  # the slowest 25 in every CI log: where the time goes
 rc=$?
 [ $rc -eq 0 ] || { echo "ci/test.sh: pytest failed (exit $rc)"; failed=1; }
 
