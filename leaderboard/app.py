@@ -26,14 +26,11 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+import altair as alt
 import numpy as np
 import pandas as pd
 import streamlit as st
-
-if TYPE_CHECKING:
-    import altair as alt
 
 from leaderboard import crossover, ranking, views
 from leaderboard.frame import DETAIL_COLUMNS, view_target
@@ -290,8 +287,6 @@ def _link_for_plot(network: str | None, link: Link | None) -> Link:
 
 
 def _pareto_chart(table: pd.DataFrame, direction: str, metric: str, higher_is_better: bool) -> alt.Chart | None:
-    import altair as alt  # lazily: the ranking is on screen before the charts need it
-
     col = f"bytes_per_step_{direction}"
     pts = table[(table["n"] > 0) & (table[col] > 0) & table["quality"].notna()].copy()
     pts = pts.drop(columns=[c for c in pts if pts[c].map(lambda v: isinstance(v, (list, dict))).any()])  # chart data
@@ -374,8 +369,6 @@ def _ttq_chart(
     table's time-to-target per row: mean ± sd of the seeds' interpolated crossings, the same
     numbers as the ranking table (the mean curve's own crossing can differ: a mean of curves is
     not a curve of means)."""
-    import altair as alt  # lazily: the ranking is on screen before the charts need it
-
     label = lambda df: [  # noqa: E731
         f"{lbl} ({src})" if src != "modeled" else lbl for lbl, src in zip(df["label"], df["source"])
     ]
@@ -429,8 +422,6 @@ def _ttq_chart(
 
 
 def _curves_chart(curves: pd.DataFrame, metric: str) -> alt.Chart:
-    import altair as alt  # lazily: the ranking is on screen before the charts need it
-
     return (
         alt.Chart(curves)
         .mark_line(point=True)
@@ -688,8 +679,6 @@ def _bandwidth_curves(
 
 def _bandwidth_section(f: Filters, rows: pd.DataFrame, version: tuple, index_obj) -> None:
     """Time-to-target against bandwidth, one line per compressor, with the crossover against none marked."""
-    import altair as alt  # lazily: the ranking is on screen before the charts need it
-
     st.subheader("Time to target against bandwidth")
     latency = (f.link or _link_for_plot(f.network, None)).latency_s
     curves, found = _bandwidth_curves(rows, version, f.task, f.tier, f.setup, latency, index_obj)
@@ -887,8 +876,6 @@ def _score(_frame: pd.DataFrame, version: tuple, tier: str):
 
 def _score_section(frame: pd.DataFrame, version: tuple, tier: str) -> None:
     """One score per compressor across tasks and networks: AlgoPerf-style performance profiles."""
-    import altair as alt  # lazily: the ranking is on screen before the charts need it
-
     from leaderboard.report import score_table
     from leaderboard.score import TAU_MAX
 
@@ -1029,9 +1016,7 @@ def main(argv: list[str] | None = None) -> None:
     _curves_section(detailed, sel, metric)
     _detail_section(version, f, rows, labels, own)
     bandwidth_section(rows, version, f.task, f.tier, lambda r: _details(r, version))  # what link each entry needs
-    projected_section(
-        rows, version, projection, _link_for_plot(f.network, f.link), lambda r, p: load_details(r, projection=p)
-    )
+    projected_section(rows, version, (f.task, f.tier, f.setup), projection, _link_for_plot(f.network, f.link))
     _score_section(frame, version, f.tier)
     _reproductions_section(frame, version)
     with st.expander("All aggregated columns"):

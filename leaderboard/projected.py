@@ -14,6 +14,7 @@ the page's hardware selector shows the same table (:mod:`leaderboard.views_proje
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, TextIO
 
@@ -33,8 +34,6 @@ KEYS = ["task", "tier", "setup", "entry", "compressor"]
 
 
 def _n_steps(timing: str) -> int:
-    import json
-
     try:
         d = json.loads(timing)
         counts = d.get("counts") or [1] * len(d.get("steps") or [])

@@ -9,13 +9,9 @@ Every number comes from :mod:`leaderboard.claims` (the same verdicts as ``mpcben
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+import altair as alt
 import pandas as pd
 import streamlit as st
-
-if TYPE_CHECKING:
-    pass
 
 from leaderboard.claims import claims_table, evaluation_means, judge, load_claims, panel_title, plateau_curves
 
@@ -63,8 +59,6 @@ def evaluation_frame(_frame: pd.DataFrame, version: tuple) -> pd.DataFrame:
 
 def section(frame: pd.DataFrame, version: tuple) -> None:
     """Render the section."""
-    import altair as alt  # lazily: the ranking is on screen before the charts need it
-
     st.subheader("Reproductions")
     st.caption(
         "Published findings tested on this benchmark: the measured effect (positive = better), its 95% interval "

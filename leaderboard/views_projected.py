@@ -9,15 +9,12 @@ figure is labelled "projected" and the assumptions are one click away (an expand
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
-
+import altair as alt
 import pandas as pd
 import streamlit as st
 
-if TYPE_CHECKING:
-    pass
-
 from leaderboard.crossover import crossover_text, crossovers, time_to_target_by_bandwidth
+from leaderboard.index import load_details
 from leaderboard.networks import Link
 from leaderboard.projected import display, projected_table
 from suite.results.hardware import load_hardware
@@ -69,20 +66,22 @@ def projection_controls(sb, task: str) -> Projection | None:
 
 
 @st.cache_data(show_spinner="Projecting the rows ...", max_entries=16)
-def _projected(_rows: pd.DataFrame, version: tuple, projection: Projection, link: Link) -> pd.DataFrame:
-    return projected_table(_rows, link)
+def _projected(
+    _ok: pd.DataFrame, version: tuple, view: tuple, projection: Projection, link: Link
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the projected table, time-to-target against bandwidth) of one view's ok rows; ``view`` (task,
+    tier, setup) keys the cache with ``version``, since the rows themselves are not hashed."""
+    detailed = load_details(_ok, projection=projection)
+    table = projected_table(detailed, link)
+    timed = detailed[detailed["timing_inputs"].astype(bool)]
+    curves = time_to_target_by_bandwidth(timed, link.latency_s) if len(timed) else pd.DataFrame()
+    return table, curves
 
 
 def projected_section(
-    rows: pd.DataFrame,
-    version: tuple,
-    projection: Projection | None,
-    link: Link,
-    load_projected: Callable[[pd.DataFrame, Projection], pd.DataFrame],
+    rows: pd.DataFrame, version: tuple, view: tuple, projection: Projection | None, link: Link
 ) -> None:
-    """``rows``: the setup on screen; ``load_projected`` reads their records with projected timing inputs."""
-    import altair as alt  # lazily: the ranking is on screen before the charts need it
-
+    """``rows``: the setup on screen, ``view`` its (task, tier, setup)."""
     st.subheader("On other hardware (projected)")
     if projection is None:
         st.caption(
@@ -94,8 +93,7 @@ def projected_section(
     if ok.empty:
         st.info("No ok records for this view.")
         return
-    detailed = load_projected(ok, projection)
-    table = _projected(detailed, version, projection, link)
+    table, curves = _projected(ok, version, view, projection, link)
     st.caption(
         f"PROJECTED onto {projection.hardware}"
         + (f" at {projection.model_size}" if projection.model_size else " at the measured size")
@@ -104,10 +102,8 @@ def projected_section(
     with st.expander("Assumptions of this projection"):
         st.text(projection.describe())
     st.dataframe(display(table, link.name), hide_index=True, width="stretch")
-    sub = detailed[detailed["timing_inputs"].astype(bool)]
-    if sub.empty:
+    if curves.empty:
         return
-    curves = time_to_target_by_bandwidth(sub, link.latency_s)
     drawn = curves.dropna(subset=["time_s"])
     if len(drawn):
         x = alt.X("bandwidth_bps:Q", scale=alt.Scale(type="log"), title="bandwidth between stages (bit/s, log)")

@@ -263,15 +263,11 @@ def _projected_codec_s(
         if not site.startswith(prefix) or c.nbytes <= 0:
             continue
         grown = copy_of(c.nbytes * _site_ratio(site, base, target))
-        if harness is not None and site in harness:
-            m0, here = harness[site]
-            fixed = m0 * here(c.nbytes) if here is not None else 0.0  # at the row's own measured bytes
-            # this machine: none's seconds fixed, the rest grows (at the measured size: m x copy, exactly);
-            # an accelerator: only what the compressor costs beyond none
-            call = fixed + (c.multiple - m0) * grown if fixed > 0 else max(0.0, c.multiple - m0) * grown
-            total += max(0.0, call) * c.calls_per_step
-        else:
-            total += c.multiple * grown * c.calls_per_step
+        m0, here = (harness or {}).get(site, (0.0, None))
+        # this machine: none's seconds stay fixed at the row's measured bytes and only the rest grows
+        # (at the measured size: m x copy, exactly); an accelerator: only what it costs beyond none
+        fixed = m0 * here(c.nbytes) if here is not None else 0.0
+        total += max(0.0, fixed + (c.multiple - m0) * grown) * c.calls_per_step
     return total / per
 
 
@@ -391,10 +387,8 @@ def _model_costs(
 ) -> tuple[ModelCost, ModelCost]:
     """(the measured size's FLOP count, the target size's) for the record's setup, or NotProjectable."""
     task, tier = str(record.get("task") or ""), str(record.get("tier") or "")
-    measured = (record.get("run") or {}).get("model_size") if isinstance(record.get("run"), Mapping) else None
-    measured = measured or (
-        (record.get("config") or {}).get("model_size") if isinstance(record.get("config"), Mapping) else None
-    )
+    cfg = record.get("config")
+    measured = cfg.get("model_size") if isinstance(cfg, Mapping) else None  # None: the tier's own model
     try:
         base = get_model_cost(task, measured, tier, n_stages)
         target = base if model_size in (None, measured) else get_model_cost(task, model_size, tier, n_stages)
