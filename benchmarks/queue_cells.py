@@ -1,0 +1,96 @@
+"""Run the matrix cells a records folder lacks, one fair-queue job per cell, resumably.
+
+    python benchmarks/queue_cells.py --tier quick --seeds 3 --have records/mpcbench-baselines \\
+        --store /work/wt/cells/seeds.jsonl [--task sst2 ...] [--match REGEX] [--dry-run]
+
+The cells are the tier's plan for ``--seeds`` (``suite.bench.matrix.plan_cells``); a cell whose key has
+an ``ok`` record in a ``--have`` folder or store, or in ``--store``, is left out. Each remaining cell is
+one job of ``benchmarks/cpuq.py`` (``--both`` when it starts two processes: data- or tensor-parallel
+replicas), running exactly that cell as its pytest node (``suite/test_matrix.py::test_cell[ID]``) into
+``--store``. All jobs are queued at once, in the order printed (rows kept together, so whatever
+finishes first is whole rows), so they keep their places while other people's jobs run. Rerunning the
+same command resumes: finished cells are in the store. Run it from a clean checkout (records carry the
+commit; ``--root`` names it when this file lives elsewhere).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _done_keys(paths: list[Path]) -> set[str]:
+    from suite.bench.store import read_jsonl
+
+    keys: set[str] = set()
+    for p in paths:
+        for f in sorted(p.glob("*.jsonl")) if p.is_dir() else [p] if p.exists() else []:
+            records, _ = read_jsonl(f)
+            keys |= {r["cell_key"] for r in records if r.get("status") == "ok"}
+    return keys
+
+
+def _two_processes(cfg) -> bool:  # type: ignore[no-untyped-def]
+    return int(getattr(cfg, "dp", 1) or 1) > 1 or int(getattr(cfg, "tp", 1) or 1) > 1
+
+
+def plan(a: argparse.Namespace) -> list[tuple[str, list[str], bool]]:
+    """(test id, pytest command, needs both slots) of every cell still to run, rows kept together."""
+    from suite.bench.matrix import Selection, plan_cells
+    from suite.bench.matrix_file import parse_seeds  # the CLI's own parsing of --seeds
+
+    seeds = parse_seeds(a.seeds, "--seeds")
+    cells = plan_cells(Selection(tier=a.tier, tasks=tuple(a.task), seeds=seeds))
+    done = _done_keys([Path(p) for p in a.have] + [Path(a.store)])
+    todo = [c for c in cells if c.runnable and c.config.key() not in done]
+    if a.match:
+        todo = [c for c in todo if re.search(a.match, c.test_id)]
+    # a row's seeds next to each other; tasks in the order given (or the plan's)
+    order = {t: i for i, t in enumerate(a.task)}
+    todo.sort(key=lambda c: (order.get(c.config.task, len(order)), _two_processes(c.config), c.test_id.rsplit("-seed", 1)[0]))
+    out = []
+    for c in todo:
+        seed = c.config.seed
+        cmd = [
+            sys.executable, "-m", "pytest", f"suite/test_matrix.py::test_cell[{c.test_id}]",
+            "--tier", a.tier, "--task", c.config.task, "--seeds", f"{seed}:{seed + 1}",
+            "--results", str(Path(a.store).resolve()), "-q", "-p", "no:cacheprovider",
+        ]  # fmt: skip
+        out.append((c.test_id, cmd, _two_processes(c.config)))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tier", default="quick")
+    ap.add_argument("--seeds", default="3", help="as mpcbench run --seeds: 3 (= 0,1,2), 0,4 or 2:5")
+    ap.add_argument("--task", action="append", default=[], help="only this task (repeatable; also the order)")
+    ap.add_argument("--have", action="append", default=[], help="records folder or store whose cells are done")
+    ap.add_argument("--store", required=True, help="the results store the cells append to")
+    ap.add_argument("--match", default=None, help="only cells whose test id matches this regex")
+    ap.add_argument("--root", default=str(ROOT), help="the checkout the cells run in (default: this file's)")
+    ap.add_argument("--dry-run", action="store_true", help="print the cells, queue nothing")
+    a = ap.parse_args()
+    root = Path(a.root).resolve()
+    cells = plan(a)
+    for tid, _cmd, both in cells:
+        print(f"{tid}{'  (both slots)' if both else ''}")
+    print(f"{len(cells)} cell(s) to run -> {a.store}", file=sys.stderr)
+    if a.dry_run or not cells:
+        return 0
+    jobs = []
+    for tid, cmd, both in cells:
+        q = [sys.executable, str(root / "benchmarks" / "cpuq.py"), *(["--both"] if both else []), "--name", tid, "--"]
+        jobs.append(subprocess.Popen(q + cmd, cwd=root))
+        time.sleep(0.3)  # tickets are ordered by their creation time
+    return max(j.wait() for j in jobs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
