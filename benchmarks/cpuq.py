@@ -34,7 +34,10 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # a killed job its parent has not reaped yet (a zombie) is gone too: its ticket would block the queue
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _tickets() -> list[tuple[str, int, int, str]]:

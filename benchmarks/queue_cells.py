@@ -4,7 +4,7 @@
         --store /work/wt/cells/seeds.jsonl [--task sst2 ...] [--match REGEX] [--dry-run]
 
 The cells are the tier's plan for ``--seeds`` (``suite.bench.matrix.plan_cells``); a cell whose key has
-an ``ok`` record in a ``--have`` folder or store, or in ``--store``, is left out. Each remaining cell is
+an ``ok`` record in a ``--have`` folder or store, or in ``--store``, is left out (``--same-machine``: only a record of this machine class counts). Each remaining cell is
 one job of ``benchmarks/cpuq.py`` (``--both`` when it starts two processes: data- or tensor-parallel
 replicas), running exactly that cell as its pytest node (``suite/test_matrix.py::test_cell[ID]``) into
 ``--store``. All jobs are queued at once, in the order printed (rows kept together, so whatever
@@ -16,6 +16,7 @@ commit; ``--root`` names it when this file lives elsewhere).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import subprocess
 import sys
@@ -25,15 +26,38 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _done_keys(paths: list[Path]) -> set[str]:
+def _done_keys(paths: list[Path]) -> dict[str, str]:
+    """Machine class of the latest ``ok`` record of each cell key."""
     from suite.bench.store import read_jsonl
+    from suite.results.entries import machine_label
 
-    keys: set[str] = set()
+    latest: dict[str, str] = {}
     for p in paths:
         for f in sorted(p.glob("*.jsonl")) if p.is_dir() else [p] if p.exists() else []:
             records, _ = read_jsonl(f)
-            keys |= {r["cell_key"] for r in records if r.get("status") == "ok"}
-    return keys
+            for r in sorted((r for r in records if r.get("status") == "ok"), key=lambda r: str(r.get("created"))):
+                latest[r["cell_key"]] = machine_label(r.get("provenance") or {})
+    return latest
+
+
+def _missing(cells: list, done: dict[str, str], machine: str | None) -> list:  # type: ignore[type-arg]
+    """The cells to run. Without ``machine``: those without an ok record. With it, per row (a cell
+    without its seed): nothing when one machine class holds every seed; else the row's missing
+    seeds here, and where its records are another class's, all its seeds (a row is one machine
+    class, and a cell's newer record replaces the older one)."""
+    if machine is None:
+        return [c for c in cells if c.config.key() not in done]
+    rows: dict[str, list] = {}  # type: ignore[type-arg]
+    for c in cells:
+        rows.setdefault(dataclasses.replace(c.config, seed=0).key(), []).append(c)
+    out = []
+    for row in rows.values():
+        classes = {done.get(c.config.key()) for c in row}
+        if len(classes) == 1 and None not in classes:
+            continue  # complete on one class (this one or another)
+        # seeds of another class are run here again (a row is one class); those done here are kept
+        out += [c for c in row if done.get(c.config.key()) != machine]
+    return out
 
 
 def _two_processes(cfg) -> bool:  # type: ignore[no-untyped-def]
@@ -47,8 +71,14 @@ def plan(a: argparse.Namespace) -> list[tuple[str, list[str], bool]]:
 
     seeds = parse_seeds(a.seeds, "--seeds")
     cells = plan_cells(Selection(tier=a.tier, tasks=tuple(a.task), seeds=seeds))
+    machine = None
+    if a.same_machine:
+        from suite.bench.provenance import machine_info
+        from suite.results.entries import machine_label
+
+        machine = machine_label({"machine": machine_info()})
     done = _done_keys([Path(p) for p in a.have] + [Path(a.store)])
-    todo = [c for c in cells if c.runnable and c.config.key() not in done]
+    todo = _missing([c for c in cells if c.runnable], done, machine)
     if a.match:
         todo = [c for c in todo if re.search(a.match, c.test_id)]
     # a row's seeds next to each other; tasks in the order given (or the plan's)
@@ -75,6 +105,12 @@ def main() -> int:
     ap.add_argument("--store", required=True, help="the results store the cells append to")
     ap.add_argument("--match", default=None, help="only cells whose test id matches this regex")
     ap.add_argument("--root", default=str(ROOT), help="the checkout the cells run in (default: this file's)")
+    ap.add_argument(
+        "--same-machine",
+        action="store_true",
+        help="a cell counts as done only where its latest record ran on this machine class (rows are per class: "
+        "the missing seeds of another class's row are re-run here, seed 0 included, and replace that row)",
+    )
     ap.add_argument("--dry-run", action="store_true", help="print the cells, queue nothing")
     a = ap.parse_args()
     root = Path(a.root).resolve()
