@@ -83,7 +83,9 @@ def plan(a: argparse.Namespace) -> list[tuple[str, list[str], bool]]:
         todo = [c for c in todo if re.search(a.match, c.test_id)]
     # a row's seeds next to each other; tasks in the order given (or the plan's)
     order = {t: i for i, t in enumerate(a.task)}
-    todo.sort(key=lambda c: (order.get(c.config.task, len(order)), _two_processes(c.config), c.test_id.rsplit("-seed", 1)[0]))
+    todo.sort(
+        key=lambda c: (order.get(c.config.task, len(order)), _two_processes(c.config), c.test_id.rsplit("-seed", 1)[0])
+    )
     out = []
     for c in todo:
         seed = c.config.seed
