@@ -19,6 +19,7 @@ import pandas as pd
 
 from leaderboard.names import display_name
 from leaderboard.networks import Link, format_bandwidth, remodel
+from suite.results.network import IntraHostLink
 
 __all__ = ["SWEEP_BPS", "Crossover", "time_to_target_by_bandwidth", "crossovers", "by_payoff", "crossover_text"]
 
@@ -31,11 +32,15 @@ KEYS = ["entry", "compressor", "setup"]
 
 
 def time_to_target_by_bandwidth(
-    rows: pd.DataFrame, latency_s: float, bandwidths: tuple[float, ...] = SWEEP_BPS
+    rows: pd.DataFrame,
+    latency_s: float,
+    bandwidths: tuple[float, ...] = SWEEP_BPS,
+    intra: IntraHostLink | None = None,
 ) -> pd.DataFrame:
     """One row per (entry, compressor, setup, bandwidth): ``name`` (the short display name),
     ``bandwidth_bps``, ``time_s`` (mean over the seeds that reached the target; NaN: none did),
-    ``reached`` and ``n`` (seeds). ``rows``: one row per record with ``timing_inputs``."""
+    ``reached`` and ``n`` (seeds). ``rows``: one row per record with ``timing_inputs``; ``intra``: the
+    tensor-parallel link (None: the network model's NVLink class; a projection passes its hardware's)."""
     cols = [*KEYS, "name", "bandwidth_bps", "time_s", "reached", "n"]
     live = rows[(rows["status"] == "ok") & rows["latest"]] if len(rows) else rows
     if live.empty or "timing_inputs" not in live:
@@ -51,7 +56,7 @@ def time_to_target_by_bandwidth(
     reached = live["reached_target_step"].notna()
     parts = []
     for bw in bandwidths:
-        link = Link(bw, latency_s)
+        link = Link(bw, latency_s, intra)
         col = f"time_to_target_s@{link.name}"
         timed = pd.concat([remodel(live[reached], link), live[~reached].assign(**{col: math.nan})])
         g = timed.groupby(KEYS, sort=True)[col]

@@ -15,7 +15,7 @@ import json
 import math
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -43,6 +43,7 @@ class Link:
 
     bandwidth_bps: float
     latency_s: float
+    intra: model.IntraHostLink | None = None  # the tensor-parallel link (None: the network model's NVLink class)
 
     @property
     def name(self) -> str:
@@ -53,7 +54,8 @@ class Link:
         )
 
     def profile(self) -> model.NetworkProfile:
-        return model.NetworkProfile(self.name, float(self.bandwidth_bps), float(self.latency_s))
+        p = model.NetworkProfile(self.name, float(self.bandwidth_bps), float(self.latency_s))
+        return p if self.intra is None else replace(p, intra=self.intra)
 
 
 def format_bandwidth(bps: float) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from typing import Any, TextIO
 
 import pandas as pd
@@ -42,13 +43,22 @@ def _n_steps(timing: str) -> int:
         return 0
 
 
-def projected_table(rows: pd.DataFrame, link: Link) -> pd.DataFrame:
+def projection_link(link: Link, projection: Projection | None) -> Link:
+    """``link`` with the projected hardware's own tensor-parallel link (NVLink 4 on an H100, PCIe on a
+    consumer card); unchanged for a profile without one (this machine: the network model's)."""
+    tp_link = projection.profile().tp_link if projection is not None else None
+    return link if tp_link is None else replace(link, intra=tp_link)
+
+
+def projected_table(rows: pd.DataFrame, link: Link, projection: Projection | None = None) -> pd.DataFrame:
     """One row per (task, tier, setup, entry, compressor) of ``rows`` (projected rows from
     :func:`leaderboard.index.load_details` with a projection; ok and latest records only):
     ``seeds``, measured ``quality`` (mean), projected ``step_s`` (median over seeds),
     ``time_to_target_s`` at ``link`` (mean over the seeds that reached the target) with
     ``reached``, the link bandwidth for 50/90/99 % compute utilization (``link_50`` ..; median),
-    and ``note`` (why a row has no projection)."""
+    and ``note`` (why a row has no projection). With ``projection``, tensor-parallel traffic crosses
+    its hardware's ``tp_link`` (:func:`projection_link`)."""
+    link = projection_link(link, projection)
     ok = rows[(rows["status"] == "ok") & rows["latest"]] if len(rows) else rows
     if ok.empty:
         return pd.DataFrame(
@@ -126,7 +136,7 @@ def display(table: pd.DataFrame, network: str) -> pd.DataFrame:
 def write_projection(rows: pd.DataFrame, projection: Projection, link: Link, fmt: str, out: TextIO) -> None:
     """``mpcbench report --hardware``: the projection's assumptions, then per (task, tier, setup)
     the projected table and where each compressor starts to pay off against ``none``."""
-    table = projected_table(rows, link)
+    table = projected_table(rows, link, projection)
     if fmt == "csv":
         table.to_csv(out, index=False)
         return
@@ -149,5 +159,6 @@ def write_projection(rows: pd.DataFrame, projection: Projection, link: Link, fmt
         sub = rows[(rows["task"] == task) & (rows["tier"] == tier) & (rows["setup"] == setup)]
         sub = sub[sub["timing_inputs"].astype(bool)]
         if len(sub):
-            for line in crossover_text(crossovers(time_to_target_by_bandwidth(sub, link.latency_s)), link.latency_s):
+            curves = time_to_target_by_bandwidth(sub, link.latency_s, intra=projection_link(link, projection).intra)
+            for line in crossover_text(crossovers(curves), link.latency_s):
                 out.write(inert(line) + "\n")

@@ -16,7 +16,7 @@ import streamlit as st
 from leaderboard.crossover import crossover_text, crossovers, time_to_target_by_bandwidth
 from leaderboard.index import load_details
 from leaderboard.networks import Link
-from leaderboard.projected import display, projected_table
+from leaderboard.projected import display, projected_table, projection_link
 from suite.results.hardware import load_hardware
 from suite.results.model_sizes import load_model_costs
 from suite.results.projection import Projection
@@ -72,9 +72,10 @@ def _projected(
     """(the projected table, time-to-target against bandwidth) of one view's ok rows; ``view`` (task,
     tier, setup) keys the cache with ``version``, since the rows themselves are not hashed."""
     detailed = load_details(_ok, projection=projection)
-    table = projected_table(detailed, link)
+    table = projected_table(detailed, link, projection)
     timed = detailed[detailed["timing_inputs"].astype(bool)]
-    curves = time_to_target_by_bandwidth(timed, link.latency_s) if len(timed) else pd.DataFrame()
+    intra = projection_link(link, projection).intra
+    curves = time_to_target_by_bandwidth(timed, link.latency_s, intra=intra) if len(timed) else pd.DataFrame()
     return table, curves
 
 

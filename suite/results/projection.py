@@ -90,10 +90,18 @@ class Projection:
             f"({copy_bandwidth(hw)[1]}); optimizer = a copy of {OPTIMIZER_COPY_BYTES_PER_PARAM} bytes a parameter; "
             "codec beyond none's (none's multiple is the benchmark's own checks); "
             "wire bytes scaled with the boundary (pipeline, tensor parallel) or the parameters (data parallel), "
+            f"tensor-parallel collectives over {_tp_link_text(hw)}, "
             "in the measured run's dtype (fp32: a bf16 run sends half, as the fp16/bf16 rows do); "
             "quality and steps to target as measured. The codec multiples are this CPU's at the measured size "
             "(on this CPU they overstate 4-16 MiB tensors 1.5-4.7x: docs/performance.md)"
         )
+
+
+def _tp_link_text(hw: HardwareProfile) -> str:
+    link = hw.tp_link
+    if link is None:
+        return "the network model's intra-host link"
+    return f"the profile's {link.name} ({link.bandwidth_bps / 1e9:.4g} Gbit/s each way, {link.latency_s * 1e6:.3g} us)"
 
 
 def _mean_copy_rate(hw: HardwareProfile) -> float:

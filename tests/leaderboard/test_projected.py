@@ -167,3 +167,44 @@ def test_this_machine_at_the_measured_size_is_the_measured_board(compressor):
         / get_model_cost("shakespeare").stages[1].forward_flops
     )
     assert bigger.stages[1].of("F").compute_s > measured.stages[1].of("F").compute_s * grow * 0.99
+
+
+def test_tensor_parallel_traffic_crosses_the_profiles_own_tp_link():
+    """A tp=2 row projected onto a consumer card: its collectives cross the card's PCIe link (the
+    profile's ``tp_link``), not the network model's NVLink class; the report's step is the hand model's."""
+    from dataclasses import replace
+
+    tp_file = RECORDS.with_name("quick-cpu-2core-tp.jsonl")
+    recs = [
+        r
+        for r in map(json.loads, tp_file.read_text().splitlines())
+        if (r["task"], r["compressor"], r["config"].get("tp"), r["status"]) == ("shakespeare", "none", 2, "ok")
+    ]
+    assert len(recs) >= 2
+    pcie = get_hardware("rtx-4090").tp_link
+    assert pcie is not None and pcie.bandwidth_bps < net.PROFILES["10Gbps"].intra.bandwidth_bps
+    own, default = [], []
+    for r in recs:
+        got, _ = priced_timing(r, load_calibration(), Projection("rtx-4090"))
+        inputs = net.TimingInputs.from_dict(got)
+        assert any(t.fwd_bytes for step in inputs.steps for t in step.tp)  # the row sends tp traffic
+        for out_, link in ((own, replace(net.PROFILES["10Gbps"], intra=pcie)), (default, net.PROFILES["10Gbps"])):
+            out_.append(net.model_run(inputs, {"l": link})["l"]["total_s"] / inputs.n_steps)
+    own.sort()
+    default.sort()
+    assert own[len(own) // 2] > default[len(default) // 2]  # the slower link shows
+    out = io.StringIO()
+    with redirect_stdout(out):
+        rc = main(
+            ["report", "--records", str(ROOT / "records"), "--task", "shakespeare", "--tier", "quick",
+             "--hardware", "rtx-4090", "--network", "10Gbps", "--format", "csv"]
+        )  # fmt: skip
+    assert rc == 0
+    rows = [
+        x
+        for x in csv.DictReader(io.StringIO(out.getvalue()))
+        if x["compressor"] == "none" and "tp=2" in x["setup"] and x["seeds"] == str(len(recs))
+    ]
+    assert len(rows) == 1, out.getvalue()[:2000]
+    median = own[len(own) // 2] if len(own) % 2 else (own[len(own) // 2 - 1] + own[len(own) // 2]) / 2
+    assert float(rows[0]["step_s"]) == pytest.approx(median, rel=1e-9)
