@@ -58,15 +58,34 @@ def _task_files() -> dict[str, Path]:
     dirs = [_HERE, *(Path(p).expanduser() for p in os.environ.get("MPCBENCH_TASK_PATH", "").split(os.pathsep) if p)]
     out: dict[str, Path] = {}
     for folder in dirs:
-        for path in sorted(folder.glob("*.py")) if folder.is_dir() else []:
-            if path.name.startswith("_") or path.stem in out:
+        try:
+            entries = sorted((e.name, e.path) for e in os.scandir(folder) if e.name.endswith(".py"))
+        except OSError:  # not a folder
+            continue
+        for name, path in entries:
+            stem = name[:-3]
+            if name.startswith("_") or stem in out:
                 continue
             try:
-                if _DESCRIBED.search(path.read_text(encoding="utf-8")):
-                    out[path.stem] = path
+                if _describes_a_task(path):
+                    out[stem] = Path(path)
             except (OSError, UnicodeDecodeError):
                 continue
     return out
+
+
+_SEEN: dict[tuple[str, int, int], bool] = {}  # (path, mtime_ns, size) -> has DESCRIPTION
+
+
+def _describes_a_task(path: str) -> bool:
+    """Whether the module file describes a task; read once per version of the file (the planner asks
+    for every cell: re-reading every task file each time was most of planning a tier)."""
+    st = os.stat(path)
+    key = (path, st.st_mtime_ns, st.st_size)
+    if key not in _SEEN:
+        with open(path, encoding="utf-8") as f:
+            _SEEN[key] = bool(_DESCRIBED.search(f.read()))
+    return _SEEN[key]
 
 
 def _import(name: str, path: Path):

@@ -381,6 +381,16 @@ def fork_unsafe_reason() -> str | None:
     return None
 
 
+def _preload(name: str) -> None:
+    """Import ``name`` and the modules its ``PRELOAD`` names (a task module's heavy model code,
+    which the module itself imports lazily: tasks.sst2); a module that fails is skipped."""
+    with contextlib.suppress(Exception):
+        module = importlib.import_module(name)
+        for dep in getattr(module, "PRELOAD", ()):
+            with contextlib.suppress(Exception):
+                importlib.import_module(dep)
+
+
 def serve(runner: int, extra: tuple[str, ...] = ()) -> None:
     """The server loop: preload (``PRELOAD``, then ``extra``), then fork one child per request
     until the runner goes away."""
@@ -388,8 +398,7 @@ def serve(runner: int, extra: tuple[str, ...] = ()) -> None:
     # torch.cuda.is_available() through NVML: it does not initialize the CUDA driver in the server
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     for name in (*PRELOAD, *extra):
-        with contextlib.suppress(Exception):
-            importlib.import_module(name)
+        _preload(name)
     from suite.bench.cell import child_entry  # the same code path a spawned cell runs
 
     become_subreaper()  # a cell killed on timeout leaves its daemons to us, not to init
@@ -425,8 +434,7 @@ def serve(runner: int, extra: tuple[str, ...] = ()) -> None:
                 req = json.loads(line)
                 for name in req.get("preload", ()):
                     if name not in sys.modules:
-                        with contextlib.suppress(Exception):
-                            importlib.import_module(name)
+                        _preload(name)
                 unsafe = fork_unsafe_reason()
                 if unsafe:
                     _send({"error": unsafe})
