@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from suite.results.model_sizes import MODEL_SIZES_FILE, SCHEMA, ModelCost, StageCost, load_model_costs
@@ -54,7 +55,8 @@ COUNTED = (
     "torch.utils.flop_counter.FlopCounterMode over one micro-batch per stage: matmul, convolution and "
     "scaled-dot-product attention (full T x T, causal masking not discounted), forward and backward "
     "(the first stage computes no input gradient); element-wise ops, norms, softmax, embedding "
-    "lookups, the loss and the optimizer not counted. Named sizes built on the meta device."
+    "lookups, the loss and the optimizer not counted. Named sizes built on the meta device. Kernels: the ops "
+    "dispatched in the same forward and backward, views, aliases and empty allocations left out."
 )
 
 
@@ -74,6 +76,27 @@ def _no_data_dependent_masks() -> Iterator[None]:
         yield
     finally:
         masking.find_packed_sequence_indices = own
+
+
+_aten = torch.ops.aten
+# ops that launch no kernel on an accelerator (besides every view op): metadata, aliasing, allocation
+_FREE = {
+    _aten.detach, _aten.alias, _aten._unsafe_view, _aten.empty, _aten.empty_like, _aten.empty_strided,
+    _aten.new_empty, _aten.new_empty_strided, _aten.lift_fresh, _aten.lift_fresh_copy,
+}  # fmt: skip
+
+
+class KernelCounter(TorchDispatchMode):
+    """Counts the dispatched ops that launch a kernel (what a kernel-launch floor multiplies)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kernels = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if not (getattr(func, "is_view", False) or func.overloadpacket in _FREE):
+            self.kernels += 1
+        return func(*args, **(kwargs or {}))
 
 
 def _params(module: torch.nn.Module) -> int:
@@ -97,10 +120,11 @@ def count(task: Task, n_stages: int | None = None, *, meta: bool | None = None) 
         x, rows, dtype = ids, [], "float32"
         for i, stage in enumerate(stages):
             xin = x if i == 0 else x.detach().requires_grad_(True)
-            with FlopCounterMode(display=False) as fwd:
+            with FlopCounterMode(display=False) as fwd, KernelCounter() as fwd_k:
                 y = stage(xin, ids)
-            with FlopCounterMode(display=False) as bwd:
-                y.backward(torch.ones_like(y))
+            grad = torch.ones_like(y)
+            with FlopCounterMode(display=False) as bwd, KernelCounter() as bwd_k:
+                y.backward(grad)
             last = i == S - 1
             if not last:
                 dtype = str(y.dtype).removeprefix("torch.")  # what crosses the boundaries
@@ -111,6 +135,8 @@ def count(task: Task, n_stages: int | None = None, *, meta: bool | None = None) 
                     backward_flops=int(bwd.get_total_flops()),
                     boundary_shape=() if last else tuple(int(s) for s in y.shape),
                     boundary_bytes=0 if last else y.numel() * y.element_size(),
+                    forward_kernels=fwd_k.kernels,
+                    backward_kernels=bwd_k.kernels,
                 )
             )
             x = y

@@ -44,7 +44,7 @@ HARDWARE_FILE = Path(__file__).with_name("hardware_profiles.json")
 SCHEMA = "mpcbench.hardware/1"
 KINDS = ("datasheet", "calibrated")
 _NUMBERS = ("peak_bf16_flops", "memory_bandwidth_bytes_s")  # positive, finite; null only while uncalibrated
-_SOURCED = (*_NUMBERS, "tp_link", "default_mfu")  # every one of these names its source in ``sources``
+_SOURCED = (*_NUMBERS, "tp_link", "default_mfu", "kernel_launch_s")  # each names its source in ``sources``
 
 
 class HardwareError(ValueError):
@@ -92,7 +92,9 @@ class HardwareProfile:
     ``calibrated`` profile (the file's placeholder); :meth:`require` turns that into a one-line
     error. ``tp_link`` is the link between the tensor-parallel ranks of a host, as the network
     model's :class:`~suite.results.network.profiles.IntraHostLink` (None: the network profile's own).
-    ``sources`` names where each number comes from (field -> text)."""
+    ``kernel_launch_s``: the floor of one launched kernel (eager PyTorch issues one a dispatched op), so a
+    stage's action costs at least its counted kernels x this (None on a calibrated profile, whose
+    measured compute already holds its overheads). ``sources`` names where each number comes from."""
 
     name: str
     label: str
@@ -104,6 +106,7 @@ class HardwareProfile:
     sources: Mapping[str, str]
     copy_reference: tuple[CopyReference, ...] = ()
     copy_reference_source: str = ""
+    kernel_launch_s: float | None = None  # the least time one kernel of a step costs (None: no floor)
 
     @property
     def measured(self) -> bool:
@@ -225,6 +228,7 @@ def _profile(raw: Any, where: str) -> HardwareProfile:
         sources=dict(sources),
         copy_reference=reference,
         copy_reference_source=ref_source,
+        kernel_launch_s=_number(d, "kernel_launch_s", where, nullable=True, upper=1.0),
     )
 
 

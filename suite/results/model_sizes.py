@@ -43,13 +43,17 @@ class ModelSizeError(ValueError):
 class StageCost:
     """One pipeline stage for one micro-batch: parameters, FLOPs forward and backward, and the
     activation it sends to the next stage (``boundary_shape`` () and 0 bytes on the last stage).
-    ``boundary_bytes`` at the dtype the count ran in (``ModelCost.dtype``: float32)."""
+    ``boundary_bytes`` at the dtype the count ran in (``ModelCost.dtype``: float32).
+    ``forward_kernels`` / ``backward_kernels``: the dispatched ops that launch a kernel (views,
+    aliases and empty allocations left out; 0 in a file written before they were counted)."""
 
     params: int
     forward_flops: int
     backward_flops: int
     boundary_shape: tuple[int, ...]
     boundary_bytes: int
+    forward_kernels: int = 0
+    backward_kernels: int = 0
 
     @property
     def boundary_elements(self) -> int:
@@ -108,6 +112,8 @@ class ModelCost:
                     backward_flops=_int(s["backward_flops"]),
                     boundary_shape=tuple(_int(x) for x in s["boundary_shape"]),
                     boundary_bytes=_int(s["boundary_bytes"]),
+                    forward_kernels=_int(s.get("forward_kernels", 0)),
+                    backward_kernels=_int(s.get("backward_kernels", 0)),
                 )
                 for s in d["stages"]
             )

@@ -85,8 +85,8 @@ class Projection:
             )
         return (
             f"projected onto {hw.label} ({hw.name}) at {size}: compute = counted FLOPs / (peak "
-            f"{hw.require('peak_bf16_flops') / 1e12:.0f} TFLOP/s x MFU {self.effective_mfu():.2f}), no kernel-launch "
-            f"floor; codec = the row's measured multiple of a copy x the profile's copy time "
+            f"{hw.require('peak_bf16_flops') / 1e12:.0f} TFLOP/s x MFU {self.effective_mfu():.2f}), "
+            f"{_launch_text(hw)}; codec = the row's measured multiple of a copy x the profile's copy time "
             f"({copy_bandwidth(hw)[1]}); optimizer = a copy of {OPTIMIZER_COPY_BYTES_PER_PARAM} bytes a parameter; "
             "codec beyond none's (none's multiple is the benchmark's own checks); "
             "wire bytes scaled with the boundary (pipeline, tensor parallel) or the parameters (data parallel), "
@@ -95,6 +95,15 @@ class Projection:
             "quality and steps to target as measured. The codec multiples are this CPU's at the measured size "
             "(on this CPU they overstate 4-16 MiB tensors 1.5-4.7x: docs/performance.md)"
         )
+
+
+def _launch_text(hw: HardwareProfile) -> str:
+    if not hw.kernel_launch_s:
+        return "no kernel-launch floor"
+    return (
+        f"but at least {hw.kernel_launch_s * 1e6:.3g} us a kernel (the ops counted per stage and action; "
+        "assumed, not measured: a small model is launch-bound)"
+    )
 
 
 def _tp_link_text(hw: HardwareProfile) -> str:

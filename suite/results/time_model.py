@@ -286,7 +286,8 @@ def _projected_stages(
     """Per stage the action costs on the projection's hardware.
 
     A datasheet profile: F and B from the target size's counted FLOPs at peak x MFU (split over the
-    tensor-parallel ranks; a zero-bubble W takes half of B's), the codec sites from their multiples
+    tensor-parallel ranks; a zero-bubble W takes half of B's), at least the counted kernels x the
+    profile's ``kernel_launch_s`` (a small model on an accelerator is launch-bound), the codec sites from their multiples
     on the profile's copy, the optimizer as a copy of OPTIMIZER_COPY_BYTES_PER_PARAM a parameter.
     This machine (a calibrated profile): the setup's calibrated compute (``compute``) grown by the
     counted FLOPs' ratio per stage and action, the codec on the calibrated copy, the calibrated
@@ -315,12 +316,16 @@ def _projected_stages(
         flops = {"F": tc.forward_flops / tp, "B": back / 2 if "W" in kinds else back, "W": back / 2}
         grow_b = tc.backward_flops / bc.backward_flops if bc.backward_flops else 1.0
         grow = {"F": tc.forward_flops / bc.forward_flops if bc.forward_flops else 1.0, "B": grow_b, "W": grow_b}
+        # every rank launches each kernel of its stage (tensor parallelism splits the FLOPs, not the ops)
+        back_k = tc.backward_kernels
+        kernels = {"F": tc.forward_kernels, "B": back_k / 2 if "W" in kinds else back_k, "W": back_k / 2}
         acts = {}
         for kind in sorted(kinds):
             if compute is not None and hw.measured:
                 c = compute[s].of(kind).compute_s * grow.get(kind, 1.0) * extra
-            else:
-                c = project_compute_s(flops.get(kind, 0.0), hw, projection.mfu) * extra
+            else:  # the FLOPs at peak x MFU, but never under the kernels' launch floor
+                c = project_compute_s(flops.get(kind, 0.0), hw, projection.mfu)
+                c = max(c, kernels.get(kind, 0) * (hw.kernel_launch_s or 0.0)) * extra
             pre = post = 0.0
             if kind == "F":
                 pre = codec(f"b{s - 1}.forward.decompress") if s > 0 else 0.0

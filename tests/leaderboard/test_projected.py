@@ -35,7 +35,7 @@ def _by_hand(r: dict, size: str, mfu: float) -> net.TimingInputs:
     hw = get_hardware("h100-sxm")
     rate = 9.894e14 * mfu  # the datasheet's dense bf16 peak x MFU
     copy_bw = (67108864 / 2.26e-5 + 33554432 / 1.13e-5) / 2  # the two measured copy floors' mean rate
-    assert hw.require("peak_bf16_flops") == 9.894e14
+    assert hw.require("peak_bf16_flops") == 9.894e14 and hw.kernel_launch_s == 5e-6
     base = get_model_cost(r["task"], None, "quick", 4)
     big = get_model_cost(r["task"], size, "quick", 4)
     cal = load_calibration()
@@ -59,12 +59,12 @@ def _by_hand(r: dict, size: str, mfu: float) -> net.TimingInputs:
         st = big.stages[s]
         F = net.ActionCost(
             codec(f"b{s - 1}.forward.decompress", s - 1) if s else 0.0,
-            st.forward_flops / rate,
+            max(st.forward_flops / rate, st.forward_kernels * 5e-6),  # the FLOPs, or 5 us a kernel
             codec(f"b{s}.forward.compress", s),
         )
         B = net.ActionCost(
             codec(f"b{s}.backward.decompress", s),
-            st.backward_flops / rate,
+            max(st.backward_flops / rate, st.backward_kernels * 5e-6),
             codec(f"b{s - 1}.backward.compress", s - 1) if s else 0.0,
         )
         stages.append(net.StageCost({"B": B, "F": F}, st.params * 14 / copy_bw, 0.0))
@@ -208,3 +208,24 @@ def test_tensor_parallel_traffic_crosses_the_profiles_own_tp_link():
     assert len(rows) == 1, out.getvalue()[:2000]
     median = own[len(own) // 2] if len(own) % 2 else (own[len(own) // 2 - 1] + own[len(own) // 2]) / 2
     assert float(rows[0]["step_s"]) == pytest.approx(median, rel=1e-9)
+
+
+def test_a_quick_size_model_on_an_h100_is_launch_bound():
+    """At the measured (quick) size a stage's few hundred MFLOPs take under a microsecond at peak x MFU;
+    its counted kernels at the profile's launch floor decide its compute instead, and a GPT-2-sized
+    model's FLOPs decide its own (the floor is below them)."""
+    r = _record("shakespeare", "none", 0)
+    hw = get_hardware("h100-sxm")
+    quick = get_model_cost("shakespeare", None, "quick", 4)
+    got, basis = priced_timing(r, load_calibration(), Projection("h100-sxm"))
+    for stage, cost in zip(net.TimingInputs.from_dict(got).stages, quick.stages):
+        assert cost.forward_kernels > 0 and cost.forward_flops / (hw.require("peak_bf16_flops") * 0.4) < 1e-6
+        assert stage.of("F").compute_s == pytest.approx(cost.forward_kernels * hw.kernel_launch_s, rel=1e-12)
+        assert stage.of("B").compute_s == pytest.approx(cost.backward_kernels * hw.kernel_launch_s, rel=1e-12)
+    assert "at least 5 us a kernel" in basis.projection
+    big = get_model_cost("shakespeare", "gpt2-124m", "quick", 4)
+    got, _ = priced_timing(r, load_calibration(), Projection("h100-sxm", "gpt2-124m"))
+    for stage, cost in zip(net.TimingInputs.from_dict(got).stages, big.stages):
+        flops_s = cost.forward_flops / (hw.require("peak_bf16_flops") * 0.4)
+        assert flops_s > cost.forward_kernels * hw.kernel_launch_s
+        assert stage.of("F").compute_s == pytest.approx(flops_s, rel=1e-12)
