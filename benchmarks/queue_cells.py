@@ -98,6 +98,34 @@ def plan(a: argparse.Namespace) -> list[tuple[str, list[str], bool]]:
     return out
 
 
+def package(store: Path, out: Path, pending: Path, seeds: int) -> None:
+    """Split the store's latest ok records: rows (a record's row, ``suite.results.entries``) holding
+    ``seeds`` seeds go to ``out`` (for a records folder: a whole row replaces another class's), the
+    rest to ``pending`` (kept for a later session's ``--have``: a partial row would split a row)."""
+    import json
+
+    from suite.bench.store import read_jsonl
+    from suite.results.entries import row_key
+
+    _, problems = read_jsonl(store)  # the store's own validation first
+    if problems:
+        raise SystemExit(f"{store}: {problems[0]}")
+    latest: dict[str, tuple[dict, str]] = {}  # type: ignore[type-arg]
+    for line in store.read_text().splitlines():  # the stored lines verbatim (a verification binds them)
+        r = json.loads(line)
+        if r.get("status") == "ok":
+            latest[r["cell_key"]] = (r, line)
+    rows: dict[object, list] = {}  # type: ignore[type-arg]
+    for r, line in latest.values():
+        rows.setdefault(row_key(r), []).append((r, line))
+    whole = [ln for rs in rows.values() if len({r["seed"] for r, _ in rs}) >= seeds for _, ln in rs]
+    rest = [ln for rs in rows.values() if len({r["seed"] for r, _ in rs}) < seeds for _, ln in rs]
+    for path, lines in ((out, whole), (pending, rest)):
+        if lines:
+            path.write_text("\n".join(lines) + "\n")
+        print(f"{path}: {len(lines)} records")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tier", default="quick")
@@ -114,7 +142,18 @@ def main() -> int:
         "the missing seeds of another class's row are re-run here, seed 0 included, and replace that row)",
     )
     ap.add_argument("--dry-run", action="store_true", help="print the cells, queue nothing")
+    ap.add_argument(
+        "--package",
+        nargs=2,
+        metavar=("OUT", "PENDING"),
+        help="run nothing: the store's whole rows (every seed of --seeds) to OUT, partial rows to PENDING",
+    )
     a = ap.parse_args()
+    if a.package:
+        from suite.bench.matrix_file import parse_seeds
+
+        package(Path(a.store), Path(a.package[0]), Path(a.package[1]), len(parse_seeds(a.seeds, "--seeds")))
+        return 0
     root = Path(a.root).resolve()
     cells = plan(a)
     for tid, _cmd, both in cells:
