@@ -1,7 +1,7 @@
 """Run the matrix cells a records folder lacks, one fair-queue job per cell, resumably.
 
     python benchmarks/queue_cells.py --tier quick --seeds 3 --have records/mpcbench-baselines \\
-        --store /work/wt/cells/seeds.jsonl [--task sst2 ...] [--match REGEX] [--dry-run]
+        --store results/seeds.jsonl --same-machine [--task sst2 ...] [--match REGEX] [--dry-run]
 
 The cells are the tier's plan for ``--seeds`` (``suite.bench.matrix.plan_cells``); a cell whose key has
 an ``ok`` record in a ``--have`` folder or store, or in ``--store``, is left out (``--same-machine``: only a record of this machine class counts). Each remaining cell is
@@ -155,6 +155,13 @@ def main() -> int:
         package(Path(a.store), Path(a.package[0]), Path(a.package[1]), len(parse_seeds(a.seeds, "--seeds")))
         return 0
     root = Path(a.root).resolve()
+    store = Path(a.store).resolve()
+    if (
+        store.is_relative_to(root)
+        and subprocess.run(["git", "-C", str(root), "check-ignore", "-q", str(store)], check=False).returncode
+    ):
+        # an untracked store in the checkout makes every record it takes say "git_dirty": true
+        raise SystemExit(f"--store {a.store}: inside the checkout and not ignored by git; put it under results/")
     cells = plan(a)
     for tid, _cmd, both in cells:
         print(f"{tid}{'  (both slots)' if both else ''}")
