@@ -102,6 +102,8 @@ def _check_shape(text: str) -> None:
 @functools.lru_cache(maxsize=1024)
 def _parse(text: str) -> Spec:
     _check_shape(text)
+    if "\x00" in text:  # Python 3.11's ast.parse raises ValueError (not SyntaxError) for a NUL byte
+        raise CompressorError(f"cannot parse compressor spec {text[:60]!r}: it contains a NUL byte")
     try:
         node = ast.parse(text, mode="eval").body
         return _to_spec(node, text)
