@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # The test command of the README: install, then
-#   1. python -m pytest                     the test suite (testpaths = tests), as two runs: the
-#                                           single-process tests on both cores, the multi-process ones alone
+#   1. python -m pytest                     the test suite (testpaths = tests)
 #   2. python -m pytest suite --tier smoke  the smoke matrix, into a temporary results store (2 cells at once)
 #   3. mpcbench validate                    that store
 # Exits non-zero if any step fails (pytest's "no tests collected", exit 5, is a failure).
@@ -20,27 +19,17 @@ if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
 fi
 
 failed=0
-# the test suite in two runs: the single-process tests on every core (pytest-xdist, one worker a core,
-# at most 2), then the multi-process ones (marker `distributed`: torchrun groups whose processes want
-# the cores to themselves) one at a time. Same tests as a plain `python -m pytest`, in less wall-clock.
-WORKERS="$("$PY" -c 'import os; print(min(2, len(os.sched_getaffinity(0))))')"
-echo "== python -m pytest -m 'not slow and not distributed' -n $WORKERS (data: ${MPCBENCH_DATA_DIR:-default})"
-"$PY" -m pytest -m "not slow and not distributed" -n "$WORKERS" --durations=25 "$@"  # the slowest 25: where the time goes
-rc1=$?
-echo "== python -m pytest -m 'distributed and not slow'"
-"$PY" -m pytest -m "distributed and not slow" --durations=10 "$@"
-rc2=$?
-# with extra arguments (-k expr, a path) one of the two runs may select nothing (exit 5); both may not
-if [ $# -gt 0 ] && [ $rc1 -eq 5 ] && [ $rc2 -ne 5 ]; then rc1=0; fi
-if [ $# -gt 0 ] && [ $rc2 -eq 5 ] && [ $rc1 -ne 5 ]; then rc2=0; fi
-[ $rc1 -eq 0 ] || { echo "ci/test.sh: pytest (single-process tests) failed (exit $rc1)"; failed=1; }
-[ $rc2 -eq 0 ] || { echo "ci/test.sh: pytest (multi-process tests) failed (exit $rc2)"; failed=1; }
+echo "== python -m pytest (data: ${MPCBENCH_DATA_DIR:-default})"
+"$PY" -m pytest --durations=25 "$@"  # the slowest 25 in every CI log: where the time goes
+rc=$?
+[ $rc -eq 0 ] || { echo "ci/test.sh: pytest failed (exit $rc)"; failed=1; }
 
 SMOKE_DIR="$(mktemp -d "${TMPDIR:-/tmp}/mpcbench-smoke.XXXXXX")"
 # two cells at a time where there are two cores (pytest-xdist, a dev dependency: each worker pins its
 # cells to its share of the cores and appends to the store under its lock); MPCBENCH_SMOKE_ARGS="-n 0"
 # runs them one by one. --benchmark-disable: the cells' records are the output (xdist would disable
 # pytest-benchmark's timing table anyway, with a warning)
+WORKERS="$("$PY" -c 'import os; print(min(2, len(os.sched_getaffinity(0))))')"
 echo "== python -m pytest suite --tier smoke -n $WORKERS (results: $SMOKE_DIR/store.jsonl)"
 # shellcheck disable=SC2086  # MPCBENCH_SMOKE_ARGS is a list of words on purpose
 "$PY" -m pytest suite --tier smoke -n "$WORKERS" --benchmark-disable --results "$SMOKE_DIR/store.jsonl" \
