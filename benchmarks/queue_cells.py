@@ -4,8 +4,9 @@
         --store results/seeds.jsonl --same-machine [--task sst2 ...] [--match REGEX] [--dry-run]
 
 The cells are the tier's plan for ``--seeds`` (``suite.bench.matrix.plan_cells``); a cell whose key has
-an ``ok`` record in a ``--have`` folder or store, or in ``--store``, is left out (``--same-machine``: only a record of this machine class counts). Each remaining cell is
-one job of ``benchmarks/cpuq.py`` (``--both`` when it starts two processes: data- or tensor-parallel
+an ``ok`` record in a ``--have`` folder or store, or in ``--store``, is left out (``--same-machine``: a
+row whose seeds are not all of one machine class runs here every seed not already run here). Each
+remaining cell is one job of ``benchmarks/cpuq.py`` (``--both`` when it starts two processes: data- or tensor-parallel
 replicas), running exactly that cell as its pytest node (``suite/test_matrix.py::test_cell[ID]``) into
 ``--store``. All jobs are queued at once, in the order printed (rows kept together, so whatever
 finishes first is whole rows), so they keep their places while other people's jobs run. Rerunning the
@@ -31,13 +32,13 @@ def _done_keys(paths: list[Path]) -> dict[str, str]:
     from suite.bench.store import read_jsonl
     from suite.results.entries import machine_label
 
-    latest: dict[str, str] = {}
+    oks = []
     for p in paths:
         for f in sorted(p.glob("*.jsonl")) if p.is_dir() else [p] if p.exists() else []:
-            records, _ = read_jsonl(f)
-            for r in sorted((r for r in records if r.get("status") == "ok"), key=lambda r: str(r.get("created"))):
-                latest[r["cell_key"]] = machine_label(r.get("provenance") or {})
-    return latest
+            oks += [r for r in read_jsonl(f)[0] if r.get("status") == "ok"]
+    # newest last across every file (a records folder holds a cell's older record in another file)
+    oks.sort(key=lambda r: str(r.get("created")))
+    return {r["cell_key"]: machine_label(r.get("provenance") or {}) for r in oks}
 
 
 def _missing(cells: list, done: dict[str, str], machine: str | None) -> list:  # type: ignore[type-arg]
@@ -49,7 +50,7 @@ def _missing(cells: list, done: dict[str, str], machine: str | None) -> list:  #
         return [c for c in cells if c.config.key() not in done]
     rows: dict[str, list] = {}  # type: ignore[type-arg]
     for c in cells:
-        rows.setdefault(dataclasses.replace(c.config, seed=0).key(), []).append(c)
+        rows.setdefault(_row(c), []).append(c)
     out = []
     for row in rows.values():
         classes = {done.get(c.config.key()) for c in row}
@@ -60,8 +61,13 @@ def _missing(cells: list, done: dict[str, str], machine: str | None) -> list:  #
     return out
 
 
+def _row(cell) -> str:  # type: ignore[no-untyped-def]
+    """The cell's row within a tier: its configuration without the seed."""
+    return dataclasses.replace(cell.config, seed=0).key()
+
+
 def _two_processes(cfg) -> bool:  # type: ignore[no-untyped-def]
-    return int(getattr(cfg, "dp", 1) or 1) > 1 or int(getattr(cfg, "tp", 1) or 1) > 1
+    return cfg.dp > 1 or cfg.tp > 1
 
 
 def plan(a: argparse.Namespace) -> list[tuple[str, list[str], bool]]:
@@ -83,9 +89,10 @@ def plan(a: argparse.Namespace) -> list[tuple[str, list[str], bool]]:
         todo = [c for c in todo if re.search(a.match, c.test_id)]
     # a row's seeds next to each other; tasks in the order given (or the plan's)
     order = {t: i for i, t in enumerate(a.task)}
-    todo.sort(
-        key=lambda c: (order.get(c.config.task, len(order)), _two_processes(c.config), c.test_id.rsplit("-seed", 1)[0])
-    )
+    first: dict[str, str] = {}  # a row's place: its first cell's test id, so its seeds stay together
+    for c in sorted(todo, key=lambda c: c.test_id):
+        first.setdefault(_row(c), c.test_id)
+    todo.sort(key=lambda c: (order.get(c.config.task, len(order)), _two_processes(c.config), first[_row(c)], c.test_id))
     out = []
     for c in todo:
         seed = c.config.seed
@@ -105,21 +112,16 @@ def package(store: Path, out: Path, pending: Path, seeds: int) -> None:
     import json
 
     from suite.bench.store import read_jsonl
-    from suite.results.entries import row_key
+    from suite.results.entries import rows_of
 
     _, problems = read_jsonl(store)  # the store's own validation first
     if problems:
         raise SystemExit(f"{store}: {problems[0]}")
-    latest: dict[str, tuple[dict, str]] = {}  # type: ignore[type-arg]
-    for line in store.read_text().splitlines():  # the stored lines verbatim (a verification binds them)
-        r = json.loads(line)
-        if r.get("status") == "ok":
-            latest[r["cell_key"]] = (r, line)
-    rows: dict[object, list] = {}  # type: ignore[type-arg]
-    for r, line in latest.values():
-        rows.setdefault(row_key(r), []).append((r, line))
-    whole = [ln for rs in rows.values() if len({r["seed"] for r, _ in rs}) >= seeds for _, ln in rs]
-    rest = [ln for rs in rows.values() if len({r["seed"] for r, _ in rs}) < seeds for _, ln in rs]
+    lines = store.read_text().splitlines()  # copied verbatim: a verification binds the stored lines
+    records = [json.loads(line) for line in lines]
+    whole, rest = [], []
+    for idx in rows_of(records, ok_only=True).values():  # the board's rows and latest-record rule
+        (whole if len({records[i]["seed"] for i in idx}) >= seeds else rest).extend(lines[i] for i in idx)
     for path, lines in ((out, whole), (pending, rest)):
         if lines:
             path.write_text("\n".join(lines) + "\n")

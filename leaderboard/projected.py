@@ -50,6 +50,15 @@ def projection_link(link: Link, projection: Projection | None) -> Link:
     return link if tp_link is None else replace(link, intra=tp_link)
 
 
+def projected_curves(rows: pd.DataFrame, link: Link, projection: Projection | None) -> pd.DataFrame:
+    """Time to target against bandwidth (:func:`leaderboard.crossover.time_to_target_by_bandwidth`) of
+    ``rows`` at ``link``'s latency, tensor-parallel traffic over the projected hardware's link."""
+    timed = rows[rows["timing_inputs"].astype(bool)] if len(rows) else rows
+    if timed.empty:
+        return pd.DataFrame()
+    return time_to_target_by_bandwidth(timed, link.latency_s, intra=projection_link(link, projection).intra)
+
+
 def projected_table(rows: pd.DataFrame, link: Link, projection: Projection | None = None) -> pd.DataFrame:
     """One row per (task, tier, setup, entry, compressor) of ``rows`` (projected rows from
     :func:`leaderboard.index.load_details` with a projection; ok and latest records only):
@@ -156,9 +165,7 @@ def write_projection(rows: pd.DataFrame, projection: Projection, link: Link, fmt
             out.write(inert(f"not projected: {'; '.join(sorted(set(g['note'])))}") + "\n")
             continue
         out.write(table_text(display(g.reset_index(drop=True), link.name), fmt) + "\n")
-        sub = rows[(rows["task"] == task) & (rows["tier"] == tier) & (rows["setup"] == setup)]
-        sub = sub[sub["timing_inputs"].astype(bool)]
-        if len(sub):
-            curves = time_to_target_by_bandwidth(sub, link.latency_s, intra=projection_link(link, projection).intra)
-            for line in crossover_text(crossovers(curves), link.latency_s):
-                out.write(inert(line) + "\n")
+        view = rows[(rows["task"] == task) & (rows["tier"] == tier) & (rows["setup"] == setup)]
+        curves = projected_curves(view, link, projection)
+        for line in crossover_text(crossovers(curves), link.latency_s) if len(curves) else []:
+            out.write(inert(line) + "\n")

@@ -13,10 +13,10 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from leaderboard.crossover import crossover_text, crossovers, time_to_target_by_bandwidth
+from leaderboard.crossover import crossover_text, crossovers
 from leaderboard.index import load_details
 from leaderboard.networks import Link
-from leaderboard.projected import display, projected_table, projection_link
+from leaderboard.projected import display, projected_curves, projected_table
 from suite.results.hardware import load_hardware
 from suite.results.model_sizes import load_model_costs
 from suite.results.projection import Projection
@@ -72,11 +72,7 @@ def _projected(
     """(the projected table, time-to-target against bandwidth) of one view's ok rows; ``view`` (task,
     tier, setup) keys the cache with ``version``, since the rows themselves are not hashed."""
     detailed = load_details(_ok, projection=projection)
-    table = projected_table(detailed, link, projection)
-    timed = detailed[detailed["timing_inputs"].astype(bool)]
-    intra = projection_link(link, projection).intra
-    curves = time_to_target_by_bandwidth(timed, link.latency_s, intra=intra) if len(timed) else pd.DataFrame()
-    return table, curves
+    return projected_table(detailed, link, projection), projected_curves(detailed, link, projection)
 
 
 def projected_section(

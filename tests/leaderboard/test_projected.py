@@ -6,7 +6,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import statistics
 from contextlib import redirect_stdout
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -142,14 +144,8 @@ def test_report_hardware_prints_the_hand_computed_step_and_bandwidth():
         steps.append(net.model_run(hand, {"l": net.PROFILES["10Gbps"]})["l"]["total_s"] / hand.n_steps)
         bw = bandwidths_for_utilization(hand.to_dict())["inter"]
         links.append(bw[min(bw)])
-    assert float(rows[0]["step_s"]) == pytest.approx(_median(steps), rel=1e-9)
-    assert float(rows[0]["link_50"]) == pytest.approx(_median(links), rel=1e-6)
-
-
-def _median(xs: list[float]) -> float:
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+    assert float(rows[0]["step_s"]) == pytest.approx(statistics.median(steps), rel=1e-9)
+    assert float(rows[0]["link_50"]) == pytest.approx(statistics.median(links), rel=1e-6)
 
 
 def test_a_row_without_a_flop_count_says_so_and_bad_options_are_one_line(capsys):
@@ -191,8 +187,6 @@ def test_this_machine_at_the_measured_size_is_the_measured_board(compressor):
 def test_tensor_parallel_traffic_crosses_the_profiles_own_tp_link():
     """A tp=2 row projected onto a consumer card: its collectives cross the card's PCIe link (the
     profile's ``tp_link``), not the network model's NVLink class; the report's step is the hand model's."""
-    from dataclasses import replace
-
     tp_file = RECORDS.with_name("quick-cpu-2core-tp.jsonl")
     recs = [
         r
@@ -209,9 +203,7 @@ def test_tensor_parallel_traffic_crosses_the_profiles_own_tp_link():
         assert any(t.fwd_bytes for step in inputs.steps for t in step.tp)  # the row sends tp traffic
         for out_, link in ((own, replace(net.PROFILES["10Gbps"], intra=pcie)), (default, net.PROFILES["10Gbps"])):
             out_.append(net.model_run(inputs, {"l": link})["l"]["total_s"] / inputs.n_steps)
-    own.sort()
-    default.sort()
-    assert own[len(own) // 2] > default[len(default) // 2]  # the slower link shows
+    assert statistics.median(own) > statistics.median(default)  # the slower link shows
     out = io.StringIO()
     with redirect_stdout(out):
         rc = main(
@@ -225,8 +217,7 @@ def test_tensor_parallel_traffic_crosses_the_profiles_own_tp_link():
         if x["compressor"] == "none" and "tp=2" in x["setup"] and x["seeds"] == str(len(recs))
     ]
     assert len(rows) == 1, out.getvalue()[:2000]
-    median = own[len(own) // 2] if len(own) % 2 else (own[len(own) // 2 - 1] + own[len(own) // 2]) / 2
-    assert float(rows[0]["step_s"]) == pytest.approx(median, rel=1e-9)
+    assert float(rows[0]["step_s"]) == pytest.approx(statistics.median(own), rel=1e-9)
 
 
 def test_a_quick_size_model_on_an_h100_is_launch_bound():

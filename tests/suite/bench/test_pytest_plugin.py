@@ -42,7 +42,7 @@ def test_matrix_run_broken_plugin_and_resume(pytester, restore_registry, monkeyp
     if HOME:  # same environment as the other tests: the cells reuse the runner's fork server
         monkeypatch.setenv("HOME", HOME)
         monkeypatch.delenv("USERPROFILE", raising=False)
-    # under pytest-xdist (ci/test.sh) the inner run would read the outer worker's variable and
+    # under pytest-xdist (`pytest -n 2`) the inner run would read the outer worker's variable and
     # pytest-benchmark would switch itself off, leaving no --benchmark-json to check
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     (pytester.path / "explode.py").write_text(EXPLODE)
